@@ -1,0 +1,19 @@
+//! The iQCAR method over an in-memory [`model::Dataset`].
+
+pub mod blame;
+pub mod critical_path;
+pub mod graph;
+pub mod model;
+pub mod overlap;
+pub mod stage_ratp;
+pub mod sweep;
+
+#[cfg(test)]
+mod tests;
+
+pub use blame::{blame, BlameOptions, Culprit, Entry, SlotBlame, VictimStages, Victims};
+pub use critical_path::{critical_path, CriticalPath, PathStep};
+pub use graph::{IqcGraph, Node, NodeKey};
+pub use model::{Dataset, Micros};
+pub use stage_ratp::{stage_ratp, BetaAcc, StageRatp};
+pub use sweep::Attribution;

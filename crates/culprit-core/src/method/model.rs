@@ -1,0 +1,564 @@
+//! The telemetry in memory, interned and grouped for the method: stages,
+//! tasks, and the window rows of each (host, resource).
+
+use arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{Float64Type, TimestampMicrosecondType};
+use rustc_hash::FxHashMap;
+
+use crate::Resource;
+
+/// Microseconds since the epoch.
+pub type Micros = i64;
+
+/// Interns strings to dense ids.
+#[derive(Debug, Default, Clone)]
+pub struct Interner {
+    ids: FxHashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Interner {
+    pub fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.ids.insert(s.to_string(), id);
+        self.names.push(s.to_string());
+        id
+    }
+
+    pub fn get(&self, s: &str) -> Option<u32> {
+        self.ids.get(s).copied()
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StageInfo {
+    pub query: u32,
+    pub id: String,
+    /// Parent stage ids as given (resolved within the query).
+    pub parents: Vec<String>,
+    pub submit: Option<Micros>,
+    /// From the stages table, else the first launch of its tasks.
+    pub start: Option<Micros>,
+    /// From the stages table, else the last finish of its tasks.
+    pub end: Option<Micros>,
+}
+
+/// The totals of a task, used when it has no window rows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub cpu_seconds: f64,
+    pub gc_seconds: f64,
+    pub input_bytes: f64,
+    pub output_bytes: f64,
+    pub shuffle_read_bytes: f64,
+    pub shuffle_write_bytes: f64,
+    pub cpu_blocked: f64,
+    pub disk_read_blocked: f64,
+    pub disk_write_blocked: f64,
+    pub network_blocked: f64,
+    pub memory_blocked: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskInfo {
+    pub stage: u32,
+    pub host: u32,
+    pub launch: Micros,
+    pub finish: Micros,
+    pub ready: Option<Micros>,
+    pub totals: Totals,
+    pub has_windows: bool,
+}
+
+/// One metric row of a task for one resource, spread uniformly over `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowRow {
+    pub task: u32,
+    pub detail: u32,
+    pub start: Micros,
+    pub end: Micros,
+    pub blocked: f64,
+    pub acquired: f64,
+    pub gc: f64,
+}
+
+/// One host metric row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostRow {
+    pub start: Micros,
+    pub end: Micros,
+    pub capacity: Option<f64>,
+    pub used: Option<f64>,
+}
+
+/// All telemetry the method needs, interned.
+#[derive(Debug, Default, Clone)]
+pub struct Dataset {
+    pub queries: Interner,
+    pub hosts: Interner,
+    /// Details of requests (`lock`, `execution`, ...); id 0 is "no detail".
+    pub details: Interner,
+    pub stages: Vec<StageInfo>,
+    stage_ids: FxHashMap<(u32, String), u32>,
+    pub tasks: Vec<TaskInfo>,
+    task_ids: FxHashMap<String, u32>,
+    /// Window rows per group `host * 6 + resource`.
+    pub windows: Vec<Vec<WindowRow>>,
+    /// Host rows per group `host * 6 + resource`.
+    pub host_rows: Vec<Vec<HostRow>>,
+    /// Rows that named an unknown task or host, skipped.
+    pub skipped_rows: usize,
+}
+
+pub const N_RES: usize = 6;
+
+pub fn resource_index(r: Resource) -> usize {
+    Resource::ALL.iter().position(|x| *x == r).expect("in ALL")
+}
+
+impl Dataset {
+    pub fn new() -> Self {
+        let mut d = Dataset::default();
+        d.details.intern("");
+        d
+    }
+
+    pub fn group(host: u32, r: Resource) -> usize {
+        host as usize * N_RES + resource_index(r)
+    }
+
+    pub fn stage(&self, query: u32, id: &str) -> Option<u32> {
+        self.stage_ids.get(&(query, id.to_string())).copied()
+    }
+
+    pub fn task(&self, id: &str) -> Option<u32> {
+        self.task_ids.get(id).copied()
+    }
+
+    pub fn stage_query(&self, stage: u32) -> u32 {
+        self.stages[stage as usize].query
+    }
+
+    /// Finds or adds a stage.
+    pub fn intern_stage(&mut self, query: &str, id: &str) -> u32 {
+        let q = self.queries.intern(query);
+        if let Some(s) = self.stage(q, id) {
+            return s;
+        }
+        let s = self.stages.len() as u32;
+        self.stages.push(StageInfo {
+            query: q,
+            id: id.to_string(),
+            parents: Vec::new(),
+            submit: None,
+            start: None,
+            end: None,
+        });
+        self.stage_ids.insert((q, id.to_string()), s);
+        s
+    }
+
+    fn ensure_groups(&mut self) {
+        let n = self.hosts.len() * N_RES;
+        if self.windows.len() < n {
+            self.windows.resize_with(n, Vec::new);
+            self.host_rows.resize_with(n, Vec::new);
+        }
+    }
+
+    /// Adds one task; returns its id (the existing one for a known task id).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_task(
+        &mut self,
+        id: &str,
+        query: &str,
+        stage: &str,
+        host: &str,
+        launch: Micros,
+        finish: Micros,
+        ready: Option<Micros>,
+        totals: Totals,
+    ) -> u32 {
+        if let Some(t) = self.task(id) {
+            return t;
+        }
+        let stage = self.intern_stage(query, stage);
+        let host = self.hosts.intern(host);
+        let t = self.tasks.len() as u32;
+        self.task_ids.insert(id.to_string(), t);
+        self.tasks.push(TaskInfo {
+            stage,
+            host,
+            launch,
+            finish: finish.max(launch),
+            ready,
+            totals,
+            has_windows: false,
+        });
+        let st = &mut self.stages[stage as usize];
+        st.start = Some(st.start.map_or(launch, |x| x.min(launch)));
+        st.end = Some(st.end.map_or(finish, |x| x.max(finish)));
+        self.ensure_groups();
+        t
+    }
+
+    /// Adds one window row of a task.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_window(
+        &mut self,
+        task: u32,
+        resource: Resource,
+        detail: &str,
+        start: Micros,
+        end: Micros,
+        blocked: f64,
+        acquired: f64,
+        gc: f64,
+    ) {
+        let detail = self.details.intern(detail);
+        let t = &mut self.tasks[task as usize];
+        t.has_windows = true;
+        let g = Dataset::group(t.host, resource);
+        self.windows[g].push(WindowRow {
+            task,
+            detail,
+            start,
+            end,
+            blocked,
+            acquired,
+            gc,
+        });
+    }
+
+    /// Adds one host metric row.
+    pub fn add_host_row(&mut self, host: &str, resource: Resource, row: HostRow) {
+        let host = self.hosts.intern(host);
+        self.ensure_groups();
+        self.host_rows[Dataset::group(host, resource)].push(row);
+    }
+
+    /// Sets a stage's parents.
+    pub fn set_parents(&mut self, query: &str, stage: &str, parents: &[&str]) {
+        let s = self.intern_stage(query, stage);
+        self.stages[s as usize].parents = parents.iter().map(|p| p.to_string()).collect();
+    }
+
+    /// Adds the `stages` table (parents and times).
+    pub fn add_stages(&mut self, batch: &RecordBatch) {
+        let q = text(batch, "query_id");
+        let s = text(batch, "stage_id");
+        let parents = text(batch, "parent_ids");
+        let (submit, start, end) = (
+            time(batch, "submit_time"),
+            time(batch, "start_time"),
+            time(batch, "end_time"),
+        );
+        for i in 0..batch.num_rows() {
+            let (Some(q), Some(s)) = (q.as_ref(), s.as_ref()) else {
+                return;
+            };
+            if q.is_null(i) || s.is_null(i) {
+                continue;
+            }
+            let id = self.intern_stage(q.value(i), s.value(i));
+            let st = &mut self.stages[id as usize];
+            st.parents = parents
+                .as_ref()
+                .filter(|p| p.is_valid(i))
+                .map(|p| {
+                    p.value(i)
+                        .split(',')
+                        .map(|x| x.trim().to_string())
+                        .filter(|x| !x.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+            st.submit = opt_time(&submit, i).or(st.submit);
+            st.start = opt_time(&start, i).or(st.start);
+            st.end = opt_time(&end, i).or(st.end);
+        }
+    }
+
+    /// Adds the `tasks` table.
+    pub fn add_tasks(&mut self, batch: &RecordBatch) {
+        let (Some(id), Some(q), Some(s), Some(h)) = (
+            text(batch, "task_id"),
+            text(batch, "query_id"),
+            text(batch, "stage_id"),
+            text(batch, "host"),
+        ) else {
+            return;
+        };
+        let (launch, finish, ready) = (
+            time(batch, "launch_time"),
+            time(batch, "finish_time"),
+            time(batch, "ready_time"),
+        );
+        let f = |name: &str| {
+            batch
+                .column_by_name(name)
+                .map(|c| c.as_primitive::<Float64Type>().clone())
+        };
+        let cols = [
+            "cpu_seconds",
+            "gc_seconds",
+            "input_bytes",
+            "output_bytes",
+            "shuffle_read_bytes",
+            "shuffle_write_bytes",
+            "cpu_blocked",
+            "disk_read_blocked",
+            "disk_write_blocked",
+            "network_blocked",
+            "memory_blocked",
+        ]
+        .map(f);
+        let val = |c: usize, i: usize| -> f64 {
+            cols[c]
+                .as_ref()
+                .filter(|a| a.is_valid(i))
+                .map_or(0.0, |a| a.value(i))
+        };
+        for i in 0..batch.num_rows() {
+            let (Some(l), Some(fin)) = (opt_time(&launch, i), opt_time(&finish, i)) else {
+                self.skipped_rows += 1;
+                continue;
+            };
+            if self.task_ids.contains_key(id.value(i)) {
+                // A duplicate id: the first row stands.
+                self.skipped_rows += 1;
+                continue;
+            }
+            let stage = self.intern_stage(q.value(i), s.value(i));
+            let host = self.hosts.intern(h.value(i));
+            let t = self.tasks.len() as u32;
+            self.task_ids.insert(id.value(i).to_string(), t);
+            self.tasks.push(TaskInfo {
+                stage,
+                host,
+                launch: l,
+                finish: fin.max(l),
+                ready: opt_time(&ready, i),
+                totals: Totals {
+                    cpu_seconds: val(0, i),
+                    gc_seconds: val(1, i),
+                    input_bytes: val(2, i),
+                    output_bytes: val(3, i),
+                    shuffle_read_bytes: val(4, i),
+                    shuffle_write_bytes: val(5, i),
+                    cpu_blocked: val(6, i),
+                    disk_read_blocked: val(7, i),
+                    disk_write_blocked: val(8, i),
+                    network_blocked: val(9, i),
+                    memory_blocked: val(10, i),
+                },
+                has_windows: false,
+            });
+            let st = &mut self.stages[stage as usize];
+            st.start = Some(st.start.map_or(l, |x| x.min(l)));
+            st.end = Some(st.end.map_or(fin, |x| x.max(fin)));
+        }
+        self.ensure_groups();
+    }
+
+    /// Adds `task_windows` rows (their tasks must have been added).
+    pub fn add_task_windows(&mut self, batch: &RecordBatch) {
+        let (Some(id), Some(res)) = (text(batch, "task_id"), text(batch, "resource")) else {
+            return;
+        };
+        let detail = text(batch, "detail");
+        let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
+        let f = |name: &str| {
+            batch
+                .column_by_name(name)
+                .map(|c| c.as_primitive::<Float64Type>().clone())
+        };
+        let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
+        let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
+            a.as_ref()
+                .filter(|a| a.is_valid(i))
+                .map_or(0.0, |a| a.value(i))
+        };
+        // Consecutive rows usually name the same task: remember the last lookup.
+        let mut last: Option<(usize, u32)> = None;
+        for i in 0..batch.num_rows() {
+            let key = id.value(i);
+            let task = match last {
+                Some((j, t)) if id.value(j) == key => Some(t),
+                _ => self.task_ids.get(key).copied(),
+            };
+            let (Some(task), Some(s), Some(e)) = (task, opt_time(&start, i), opt_time(&end, i))
+            else {
+                self.skipped_rows += 1;
+                continue;
+            };
+            last = Some((i, task));
+            let Ok(r) = res.value(i).parse::<Resource>() else {
+                self.skipped_rows += 1;
+                continue;
+            };
+            let d = match detail.as_ref().filter(|d| d.is_valid(i)) {
+                Some(d) => self.details.intern(d.value(i)),
+                None => 0,
+            };
+            let t = &mut self.tasks[task as usize];
+            t.has_windows = true;
+            let g = Dataset::group(t.host, r);
+            self.windows[g].push(WindowRow {
+                task,
+                detail: d,
+                start: s,
+                end: e,
+                blocked: val(&blocked, i),
+                acquired: val(&acquired, i),
+                gc: val(&gc, i),
+            });
+        }
+    }
+
+    /// Adds `host_windows` rows. Rows of hosts no task ran on are kept too.
+    pub fn add_host_windows(&mut self, batch: &RecordBatch) {
+        let (Some(h), Some(res)) = (text(batch, "host"), text(batch, "resource")) else {
+            return;
+        };
+        let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
+        let f = |name: &str| {
+            batch
+                .column_by_name(name)
+                .map(|c| c.as_primitive::<Float64Type>().clone())
+        };
+        let (cap, used) = (f("capacity"), f("used"));
+        let opt = |a: &Option<arrow::array::Float64Array>, i: usize| {
+            a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
+        };
+        for i in 0..batch.num_rows() {
+            let (Some(s), Some(e), Ok(r)) = (
+                opt_time(&start, i),
+                opt_time(&end, i),
+                res.value(i).parse::<Resource>(),
+            ) else {
+                self.skipped_rows += 1;
+                continue;
+            };
+            let host = self.hosts.intern(h.value(i));
+            self.ensure_groups();
+            self.host_rows[Dataset::group(host, r)].push(HostRow {
+                start: s,
+                end: e,
+                capacity: opt(&cap, i),
+                used: opt(&used, i),
+            });
+        }
+    }
+
+    /// Builds a dataset from the five tables (any may be empty).
+    pub fn from_batches(
+        stages: &[RecordBatch],
+        tasks: &[RecordBatch],
+        task_windows: &[RecordBatch],
+        host_windows: &[RecordBatch],
+    ) -> Dataset {
+        let mut d = Dataset::new();
+        for b in tasks {
+            d.add_tasks(b);
+        }
+        for b in stages {
+            d.add_stages(b);
+        }
+        for b in task_windows {
+            d.add_task_windows(b);
+        }
+        for b in host_windows {
+            d.add_host_windows(b);
+        }
+        d
+    }
+
+    /// The stage's display id, e.g. `3`.
+    pub fn stage_name(&self, stage: u32) -> &str {
+        &self.stages[stage as usize].id
+    }
+
+    /// The query of a stage, by name.
+    pub fn stage_query_name(&self, stage: u32) -> &str {
+        self.queries.name(self.stages[stage as usize].query)
+    }
+
+    /// The window rows a task known only by totals stands for: one row per
+    /// resource from launch to finish (method.md section 2).
+    pub fn synthesized_rows(&self, task: u32) -> Vec<(Resource, WindowRow)> {
+        let t = &self.tasks[task as usize];
+        if t.has_windows {
+            return Vec::new();
+        }
+        let x = &t.totals;
+        let row = |blocked: f64, acquired: f64, gc: f64| WindowRow {
+            task,
+            detail: 0,
+            start: t.launch,
+            end: t.finish,
+            blocked,
+            acquired,
+            gc,
+        };
+        let mut out = Vec::new();
+        let mut push = |r: Resource, b: f64, a: f64, g: f64| {
+            if b > 0.0 || a > 0.0 || g > 0.0 {
+                out.push((r, row(b, a, g)));
+            }
+        };
+        push(Resource::Cpu, x.cpu_blocked, x.cpu_seconds, x.gc_seconds);
+        push(Resource::DiskRead, x.disk_read_blocked, x.input_bytes, 0.0);
+        push(
+            Resource::DiskWrite,
+            x.disk_write_blocked,
+            x.output_bytes + x.shuffle_write_bytes,
+            0.0,
+        );
+        push(
+            Resource::Network,
+            x.network_blocked,
+            x.shuffle_read_bytes,
+            0.0,
+        );
+        push(Resource::Memory, x.memory_blocked, 0.0, 0.0);
+        out
+    }
+}
+
+fn text(batch: &RecordBatch, name: &str) -> Option<StringArray> {
+    batch
+        .column_by_name(name)
+        .map(|c| c.as_string::<i32>().clone())
+}
+
+fn time(
+    batch: &RecordBatch,
+    name: &str,
+) -> Option<arrow::array::PrimitiveArray<TimestampMicrosecondType>> {
+    batch
+        .column_by_name(name)
+        .map(|c| c.as_primitive::<TimestampMicrosecondType>().clone())
+}
+
+fn opt_time(
+    a: &Option<arrow::array::PrimitiveArray<TimestampMicrosecondType>>,
+    i: usize,
+) -> Option<Micros> {
+    a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
+}

@@ -1,0 +1,92 @@
+//! The overlap baselines the papers compare against (000 §6.1): naive
+//! (query-level overlap) and deep (summed task-level overlap on the same
+//! host). Overlap is not contention; culprit reports them beside the blame so
+//! a user sees where they would have misled.
+
+use rustc_hash::FxHashMap;
+
+use super::model::{Dataset, Micros};
+use super::sweep::clip;
+
+/// Seconds of overlap per (victim query, other query).
+pub type Overlaps = FxHashMap<(u32, u32), f64>;
+
+/// Query-level overlap: the intersection of the two queries' spans (first
+/// launch to last finish), clipped to the window.
+pub fn naive(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Overlaps {
+    let mut span: Vec<Option<(Micros, Micros)>> = vec![None; ds.queries.len()];
+    for t in &ds.tasks {
+        let q = ds.stage_query(t.stage) as usize;
+        span[q] = Some(match span[q] {
+            Some((s, e)) => (s.min(t.launch), e.max(t.finish)),
+            None => (t.launch, t.finish),
+        });
+    }
+    let mut out = Overlaps::default();
+    for &v in victims {
+        let Some((vs, ve)) = span[v as usize].and_then(|(s, e)| clip(s, e, from, to)) else {
+            continue;
+        };
+        for (q, sp) in span.iter().enumerate() {
+            if let Some((s, e)) = sp.and_then(|(s, e)| clip(s, e, vs, ve)) {
+                out.insert((v, q as u32), (e - s) as f64 / 1e6);
+            }
+        }
+    }
+    out
+}
+
+/// Task-level overlap on the same host, summed over task pairs (for the
+/// victim query itself: pairs of distinct tasks).
+pub fn deep(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Overlaps {
+    let mut is_victim = vec![false; ds.queries.len()];
+    for &v in victims {
+        is_victim[v as usize] = true;
+    }
+    let mut by_host: Vec<Vec<(Micros, i64, u32)>> = vec![Vec::new(); ds.hosts.len()];
+    for t in &ds.tasks {
+        if let Some((s, e)) = clip(t.launch, t.finish, from, to) {
+            let q = ds.stage_query(t.stage);
+            by_host[t.host as usize].push((s, 1, q));
+            by_host[t.host as usize].push((e, -1, q));
+        }
+    }
+    let mut out = Overlaps::default();
+    for mut events in by_host {
+        events.sort_unstable();
+        let mut count: Vec<(u32, i64)> = Vec::new();
+        let mut k = 0;
+        while k < events.len() {
+            let t0 = events[k].0;
+            while k < events.len() && events[k].0 == t0 {
+                let (_, d, q) = events[k];
+                match count.iter_mut().position(|(x, _)| *x == q) {
+                    Some(p) => {
+                        count[p].1 += d;
+                        if count[p].1 == 0 {
+                            count.swap_remove(p);
+                        }
+                    }
+                    None => count.push((q, d)),
+                }
+                k += 1;
+            }
+            if k >= events.len() {
+                break;
+            }
+            let dt = (events[k].0 - t0) as f64 / 1e6;
+            for &(v, kv) in &count {
+                if !is_victim[v as usize] {
+                    continue;
+                }
+                for &(q, kq) in &count {
+                    let pairs = if q == v { kv * (kv - 1) } else { kv * kq };
+                    if pairs > 0 {
+                        *out.entry((v, q)).or_insert(0.0) += pairs as f64 * dt;
+                    }
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,123 @@
+//! Cumulative RATP of a stage per (resource, host) (method.md section 7;
+//! 001 eq. 13-15), shown beside blame so a user can tell a stage that waited
+//! long because it moved much data from one that waited disproportionately.
+
+use rustc_hash::FxHashMap;
+
+use super::model::{Dataset, N_RES};
+use crate::Resource;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageRatp {
+    pub stage: u32,
+    pub resource: Resource,
+    pub host: u32,
+    pub tasks: usize,
+    pub acquired: f64,
+    pub blocked: f64,
+    /// Sum over tasks of the time-weighted RATP `(1/T) * sum_k dt_k * dt_k / RA_k`.
+    pub ratp: Option<f64>,
+    /// Sum over tasks of the time-weighted blocked RATP `(1/T) * sum_k dt_k * WT_k / RA_k`.
+    pub ratp_blocked: Option<f64>,
+    /// Rows with blocked time but nothing acquired (RATP undefined there).
+    pub undefined_rows: usize,
+}
+
+/// The stages of `query` per (resource, host). A row's RATP does not change
+/// when the row is split in two (its rate is uniform), so rows are summed
+/// as they are.
+pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
+    let mut acc: FxHashMap<(u32, usize, u32), (Vec<u32>, StageRatp)> = FxHashMap::default();
+    let mut add = |g: usize, row: &super::model::WindowRow| {
+        let t = &ds.tasks[row.task as usize];
+        if ds.stage_query(t.stage) != query {
+            return;
+        }
+        let r = Resource::ALL[g % N_RES];
+        let run = (t.finish - t.launch) as f64 / 1e6;
+        let dt = (row.end - row.start) as f64 / 1e6;
+        let (_, s) = acc.entry((t.stage, g % N_RES, t.host)).or_insert_with(|| {
+            (
+                Vec::new(),
+                StageRatp {
+                    stage: t.stage,
+                    resource: r,
+                    host: t.host,
+                    tasks: 0,
+                    acquired: 0.0,
+                    blocked: 0.0,
+                    ratp: None,
+                    ratp_blocked: None,
+                    undefined_rows: 0,
+                },
+            )
+        });
+        s.acquired += row.acquired;
+        s.blocked += row.blocked;
+        if row.acquired > 0.0 && run > 0.0 {
+            *s.ratp.get_or_insert(0.0) += dt * (dt / row.acquired) / run;
+            *s.ratp_blocked.get_or_insert(0.0) += dt * (row.blocked / row.acquired) / run;
+        } else if row.blocked > 0.0 {
+            s.undefined_rows += 1;
+        }
+    };
+    for (g, rows) in ds.windows.iter().enumerate() {
+        for row in rows {
+            add(g, row);
+        }
+    }
+    for i in 0..ds.tasks.len() {
+        for (r, row) in ds.synthesized_rows(i as u32) {
+            let g = Dataset::group(ds.tasks[i].host, r);
+            add(g, &row);
+        }
+    }
+    // Count distinct tasks.
+    let mut tasks: FxHashMap<(u32, usize, u32), rustc_hash::FxHashSet<u32>> = FxHashMap::default();
+    for (g, rows) in ds.windows.iter().enumerate() {
+        for row in rows {
+            let t = &ds.tasks[row.task as usize];
+            if ds.stage_query(t.stage) == query {
+                tasks
+                    .entry((t.stage, g % N_RES, t.host))
+                    .or_default()
+                    .insert(row.task);
+            }
+        }
+    }
+    let mut out: Vec<StageRatp> = acc
+        .into_iter()
+        .map(|(k, (_, mut s))| {
+            s.tasks = tasks.get(&k).map_or(1, |t| t.len());
+            s
+        })
+        .collect();
+    out.sort_by(|a, b| (a.stage, a.resource, a.host).cmp(&(b.stage, b.resource, b.host)));
+    out
+}
+
+/// `beta(c -> v)` of section 4 (001 eq. 12, time-weighted): over aligned
+/// windows, `(1 / T_v) * sum_k WT(v,k) * RA(c,k) / RA(v,k)`; windows where the
+/// victim acquired nothing add nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BetaAcc {
+    pub sum: f64,
+}
+
+impl BetaAcc {
+    pub fn add(
+        &mut self,
+        victim_blocked: f64,
+        victim_acquired: f64,
+        culprit_acquired: f64,
+        victim_run: f64,
+    ) {
+        if victim_acquired > 0.0
+            && victim_run > 0.0
+            && victim_blocked.is_finite()
+            && culprit_acquired.is_finite()
+        {
+            self.sum += victim_blocked * culprit_acquired / victim_acquired / victim_run;
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The worked examples of method.md section 12 and the invariants of the
+//! method, on hand-built and random data.
+
+use proptest::prelude::*;
+use rustc_hash::FxHashMap;
+
+use super::model::{HostRow, Totals};
+use super::*;
+use crate::Resource;
+
+const S: i64 = 1_000_000; // one second in microseconds
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * (1.0 + a.abs().max(b.abs()))
+}
+
+fn all_stages(victims: &[&str]) -> BlameOptions {
+    BlameOptions {
+        victims: Some(victims.iter().map(|v| v.to_string()).collect()),
+        stages: VictimStages::All,
+        ..Default::default()
+    }
+}
+
+/// Seconds per culprit query name (`gc`, `external`, `unknown` by kind).
+fn by_culprit(ds: &Dataset, entries: &[Entry]) -> FxHashMap<String, f64> {
+    let mut out = FxHashMap::default();
+    for e in entries {
+        let k = match e.culprit {
+            Culprit::Stage(s) => ds.stage_query_name(s).to_string(),
+            Culprit::Gc => "gc".into(),
+            Culprit::External => "external".into(),
+            Culprit::Unknown => "unknown".into(),
+        };
+        *out.entry(k).or_insert(0.0) += e.seconds;
+    }
+    out
+}
+
+/// Example 1: one 1-s window, disk capacity 210 B/s; T1, T2, T3 read 30, 60,
+/// 120 B; T1 blocked 0.25 s splits 1:2, nothing to unknown.
+fn example_1() -> Dataset {
+    let mut ds = Dataset::new();
+    let t1 = ds.add_task("T1", "V", "0", "h", 0, S, None, Totals::default());
+    let t2 = ds.add_task("T2", "A", "0", "h", 0, S, None, Totals::default());
+    let t3 = ds.add_task("T3", "B", "0", "h", 0, S, None, Totals::default());
+    ds.add_window(t1, Resource::DiskRead, "", 0, S, 0.25, 30.0, 0.0);
+    ds.add_window(t2, Resource::DiskRead, "", 0, S, 0.0, 60.0, 0.0);
+    ds.add_window(t3, Resource::DiskRead, "", 0, S, 0.0, 120.0, 0.0);
+    ds.add_host_row(
+        "h",
+        Resource::DiskRead,
+        HostRow {
+            start: 0,
+            end: S,
+            capacity: Some(210.0),
+            used: None,
+        },
+    );
+    ds
+}
+
+#[test]
+fn example_1_blame_and_beta() {
+    let ds = example_1();
+    let (_, entries) = blame(&ds, &all_stages(&["V"])).unwrap();
+    let m = by_culprit(&ds, &entries);
+    assert!(close(m["A"], 0.25 / 3.0), "{m:?}");
+    assert!(close(m["B"], 0.5 / 3.0), "{m:?}");
+    assert!(!m.contains_key("unknown"), "{m:?}");
+    // beta, time-weighted (section 4): 2 and 4 with full RATP, 0.5 and 1.0 blocked 0.25 s.
+    for (wt, b2, b3) in [(1.0, 2.0, 4.0), (0.25, 0.5, 1.0)] {
+        let (mut a, mut b) = (BetaAcc::default(), BetaAcc::default());
+        a.add(wt, 30.0, 60.0, 1.0);
+        b.add(wt, 30.0, 120.0, 1.0);
+        assert!(close(a.sum, b2) && close(b.sum, b3));
+    }
+    // Slowdown 6 for T1 (section 3).
+    let s = crate::ratp::slowdown(crate::ratp::ratp_max(1.0, 30.0).unwrap(), 210.0).unwrap();
+    assert!(close(s, 6.0));
+}
+
+/// Example 2: BC3 = 500 s, C1 : C2 blame 4 : 1 gives 400 s and 100 s.
+#[test]
+fn example_2_split_by_acquired() {
+    let mut ds = Dataset::new();
+    let end = 500 * S;
+    let v = ds.add_task("v", "V", "0", "h", 0, end, None, Totals::default());
+    let c1 = ds.add_task("c1", "C", "1", "h", 0, end, None, Totals::default());
+    let c2 = ds.add_task("c2", "C", "2", "h", 0, end, None, Totals::default());
+    ds.add_window(v, Resource::Network, "", 0, end, 500.0, 0.0, 0.0);
+    ds.add_window(c1, Resource::Network, "", 0, end, 0.0, 4000.0, 0.0);
+    ds.add_window(c2, Resource::Network, "", 0, end, 0.0, 1000.0, 0.0);
+    let (_, entries) = blame(&ds, &all_stages(&["V"])).unwrap();
+    let mut got: Vec<(String, f64)> = entries
+        .iter()
+        .map(|e| match e.culprit {
+            Culprit::Stage(s) => (ds.stage_name(s).to_string(), e.seconds),
+            c => (format!("{c:?}"), e.seconds),
+        })
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(close(got[0].1, 400.0) && close(got[1].1, 100.0), "{got:?}");
+    // The paper's aggregate form agrees here (one window).
+    let opts = BlameOptions {
+        attribution: Attribution::Paper,
+        ..all_stages(&["V"])
+    };
+    let (_, paper) = blame(&ds, &opts).unwrap();
+    let total: f64 = paper.iter().map(|e| e.seconds).sum();
+    assert!(close(total, 500.0));
+}
+
+/// GC goes to `gc` first; a victim alone gets `unknown`; external and
+/// unknown from host rows; self for the victim query's other tasks.
+#[test]
+fn gc_external_unknown_self() {
+    let mut ds = Dataset::new();
+    let v = ds.add_task("v", "V", "0", "h", 0, 10 * S, None, Totals::default());
+    let w = ds.add_task("w", "V", "1", "h", 0, 10 * S, None, Totals::default());
+    ds.add_window(v, Resource::Cpu, "", 0, 10 * S, 1.0, 5.0, 3.0);
+    ds.add_window(w, Resource::Cpu, "", 0, 10 * S, 0.0, 5.0, 0.0);
+    ds.add_host_row(
+        "h",
+        Resource::Cpu,
+        HostRow {
+            start: 0,
+            end: 10 * S,
+            capacity: Some(2.0),
+            used: Some(15.0),
+        },
+    );
+    let (_, entries) = blame(
+        &ds,
+        &BlameOptions {
+            stages: VictimStages::Stage("0".into()),
+            ..all_stages(&["V"])
+        },
+    )
+    .unwrap();
+    let m = by_culprit(&ds, &entries);
+    // Blocked 1 s < GC 3 s: cpu blocked is 3 s, all of it GC.
+    assert!(close(m["gc"], 3.0), "{m:?}");
+    assert_eq!(m.len(), 1, "{m:?}");
+
+    // Without GC: 2 s blocked over self (5 units), external (15 - 10), unknown (20 - 15).
+    let mut ds2 = Dataset::new();
+    let v = ds2.add_task("v", "V", "0", "h", 0, 10 * S, None, Totals::default());
+    let w = ds2.add_task("w", "V", "1", "h", 0, 10 * S, None, Totals::default());
+    ds2.add_window(v, Resource::Cpu, "", 0, 10 * S, 2.0, 5.0, 0.0);
+    ds2.add_window(w, Resource::Cpu, "", 0, 10 * S, 0.0, 5.0, 0.0);
+    ds2.add_host_row(
+        "h",
+        Resource::Cpu,
+        HostRow {
+            start: 0,
+            end: 10 * S,
+            capacity: Some(2.0),
+            used: Some(15.0),
+        },
+    );
+    let (_, entries) = blame(&ds2, &all_stages(&["V"])).unwrap();
+    let m = by_culprit(&ds2, &entries);
+    assert!(close(m["V"], 2.0 * 5.0 / 15.0), "{m:?}");
+    assert!(close(m["external"], 2.0 * 5.0 / 15.0), "{m:?}");
+    assert!(close(m["unknown"], 2.0 * 5.0 / 15.0), "{m:?}");
+
+    // Alone on the host: all to unknown.
+    let mut ds3 = Dataset::new();
+    let v = ds3.add_task("v", "V", "0", "h", 0, S, None, Totals::default());
+    ds3.add_window(v, Resource::DiskRead, "", 0, S, 0.5, 10.0, 0.0);
+    let (_, entries) = blame(&ds3, &all_stages(&["V"])).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].culprit, Culprit::Unknown);
+    assert!(close(entries[0].seconds, 0.5));
+}
+
+/// Slot waits split over the holders by slot-seconds; section 5b passes
+/// them on to what slowed the holders.
+#[test]
+fn slots_direct_and_transitive() {
+    let mut ds = Dataset::new();
+    // Holder H runs 0..10 s, blocked 5 s of it on disk by an external reader.
+    let h = ds.add_task("h", "H", "0", "n1", 0, 10 * S, None, Totals::default());
+    ds.add_window(h, Resource::DiskRead, "", 0, 10 * S, 5.0, 100.0, 0.0);
+    ds.add_host_row(
+        "n1",
+        Resource::DiskRead,
+        HostRow {
+            start: 0,
+            end: 10 * S,
+            capacity: None,
+            used: Some(200.0),
+        },
+    );
+    // Victim ready at 2 s, launched at 10 s: 8 s of slot wait.
+    ds.add_task(
+        "v",
+        "V",
+        "0",
+        "n1",
+        10 * S,
+        11 * S,
+        Some(2 * S),
+        Totals::default(),
+    );
+    let (_, direct) = blame(&ds, &all_stages(&["V"])).unwrap();
+    let m = by_culprit(&ds, &direct);
+    assert!(close(m["H"], 8.0), "{m:?}");
+    let opts = BlameOptions {
+        slots: SlotBlame::Transitive,
+        ..all_stages(&["V"])
+    };
+    let (_, trans) = blame(&ds, &opts).unwrap();
+    let m = by_culprit(&ds, &trans);
+    // rho(H, external) = 5 s / 10 s: 4 s to external via H, 4 s stays on H.
+    assert!(close(m["external"], 4.0), "{m:?}");
+    assert!(close(m["H"], 4.0), "{m:?}");
+    assert!(trans.iter().any(|e| e.via.is_some()));
+}
+
+#[test]
+fn critical_path_walks_latest_parent() {
+    let mut ds = Dataset::new();
+    for (s, a, b) in [("0", 0, 4), ("1", 0, 6), ("2", 7, 10), ("3", 1, 3)] {
+        ds.add_task(
+            &format!("t{s}"),
+            "Q",
+            s,
+            "h",
+            a * S,
+            b * S,
+            None,
+            Totals::default(),
+        );
+    }
+    ds.set_parents("Q", "2", &["0", "1"]);
+    let q = ds.queries.get("Q").unwrap();
+    let cp = critical_path(&ds, q);
+    let names: Vec<&str> = cp.stages.iter().map(|s| ds.stage_name(s.stage)).collect();
+    assert_eq!(names, ["1", "2"]);
+    assert!(close(cp.query_seconds, 10.0));
+    assert!(close(cp.path_seconds(), 9.0));
+    assert!(close(cp.gap_seconds(), 1.0));
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    let ds = example_1();
+    let e = blame(&ds, &all_stages(&["nope"])).unwrap_err();
+    assert_eq!(e.to_string(), "unknown query 'nope'");
+    let opts = BlameOptions {
+        from: Some(5),
+        to: Some(5),
+        ..all_stages(&["V"])
+    };
+    assert!(blame(&ds, &opts).is_err());
+    let opts = BlameOptions {
+        stages: VictimStages::Stage("9".into()),
+        ..all_stages(&["V"])
+    };
+    assert!(blame(&ds, &opts)
+        .unwrap_err()
+        .to_string()
+        .contains("no stage '9'"));
+    // A window with no data: empty, no error.
+    let opts = BlameOptions {
+        victims: None,
+        from: Some(100 * S),
+        to: Some(200 * S),
+        ..Default::default()
+    };
+    let (v, entries) = blame(&ds, &opts).unwrap();
+    assert!(v.queries.is_empty() && entries.is_empty());
+}
+
+// ---- invariants on random small workloads ----
+
+#[derive(Debug, Clone)]
+struct RandTask {
+    query: u8,
+    stage: u8,
+    host: u8,
+    launch: u8,
+    len: u8,
+    wait: u8,
+    rows: Vec<(u8, u8, u8, u16, u8)>, // resource, start frac, len frac, acquired, blocked%
+}
+
+fn rand_task() -> impl Strategy<Value = RandTask> {
+    (
+        0u8..3,
+        0u8..2,
+        0u8..2,
+        0u8..20,
+        1u8..20,
+        0u8..5,
+        proptest::collection::vec((0u8..4, 0u8..10, 1u8..10, 0u16..500, 0u8..100), 0..4),
+    )
+        .prop_map(|(query, stage, host, launch, len, wait, rows)| RandTask {
+            query,
+            stage,
+            host,
+            launch,
+            len,
+            wait,
+            rows,
+        })
+}
+
+fn build(tasks: &[RandTask], split: bool, host_rows: bool) -> Dataset {
+    let mut ds = Dataset::new();
+    for (i, t) in tasks.iter().enumerate() {
+        let launch = t.launch as i64 * S;
+        let finish = launch + t.len as i64 * S;
+        let id = ds.add_task(
+            &format!("t{i}"),
+            &format!("q{}", t.query),
+            &t.stage.to_string(),
+            &format!("h{}", t.host),
+            launch,
+            finish,
+            Some(launch - t.wait as i64 * S),
+            Totals::default(),
+        );
+        for &(r, s, l, acq, pct) in &t.rows {
+            let len = finish - launch;
+            let a = launch + len * (s as i64 % 10) / 10;
+            let b = (a + len * l as i64 / 10).min(finish);
+            if b <= a {
+                continue;
+            }
+            let res = Resource::ALL[r as usize];
+            let blocked = (b - a) as f64 / 1e6 * pct as f64 / 100.0;
+            let gc = if r == 0 { blocked / 3.0 } else { 0.0 };
+            if split {
+                let m = a + (b - a) / 3;
+                let f = (m - a) as f64 / (b - a) as f64;
+                ds.add_window(id, res, "", a, m, blocked * f, acq as f64 * f, gc * f);
+                let g = 1.0 - f;
+                ds.add_window(id, res, "", m, b, blocked * g, acq as f64 * g, gc * g);
+            } else {
+                ds.add_window(id, res, "", a, b, blocked, acq as f64, gc);
+            }
+        }
+    }
+    if host_rows {
+        for h in ["h0", "h1"] {
+            for r in [
+                Resource::Cpu,
+                Resource::DiskRead,
+                Resource::Network,
+                Resource::DiskWrite,
+            ] {
+                ds.add_host_row(
+                    h,
+                    r,
+                    HostRow {
+                        start: 0,
+                        end: 40 * S,
+                        // Measured use above what the tasks account for.
+                        capacity: Some(1e6),
+                        used: Some(40.0 * 1e5),
+                    },
+                );
+            }
+        }
+    }
+    ds
+}
+
+/// Blocked seconds of the victim stages: window blocked (cpu at least GC)
+/// plus slot waits.
+fn blocked_seconds(ds: &Dataset, victims: &Victims) -> f64 {
+    let mut total = 0.0;
+    for (g, rows) in ds.windows.iter().enumerate() {
+        for r in rows {
+            let t = &ds.tasks[r.task as usize];
+            if !victims.stages[t.stage as usize] {
+                continue;
+            }
+            total += if g % model::N_RES == 0 {
+                r.blocked.max(r.gc)
+            } else {
+                r.blocked
+            };
+        }
+    }
+    for t in &ds.tasks {
+        if victims.stages[t.stage as usize] {
+            total += (t.launch - t.ready.unwrap_or(t.launch)) as f64 / 1e6;
+        }
+    }
+    total
+}
+
+fn key(ds: &Dataset, e: &Entry) -> String {
+    format!(
+        "{}/{}/{:?}/{:?}/{:?}/{:?}",
+        ds.stage_query_name(e.stage),
+        ds.stage_name(e.stage),
+        e.resource,
+        e.host.map(|h| ds.hosts.name(h).to_string()),
+        match e.culprit {
+            Culprit::Stage(s) => format!("{}:{}", ds.stage_query_name(s), ds.stage_name(s)),
+            c => format!("{c:?}"),
+        },
+        e.via
+    )
+}
+
+fn summed(ds: &Dataset, entries: &[Entry]) -> FxHashMap<String, f64> {
+    let mut m = FxHashMap::default();
+    for e in entries {
+        *m.entry(key(ds, e)).or_insert(0.0) += e.seconds;
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Conservation: level 4 sums to the blocked seconds; DOR over level 6 is 1.
+    #[test]
+    fn conservation(tasks in proptest::collection::vec(rand_task(), 1..12), hosts in any::<bool>()) {
+        let ds = build(&tasks, false, hosts);
+        let opts = BlameOptions { stages: VictimStages::All, ..Default::default() };
+        let (victims, entries) = blame(&ds, &opts).unwrap();
+        let got: f64 = entries.iter().map(|e| e.seconds).sum();
+        let want = blocked_seconds(&ds, &victims);
+        prop_assert!((got - want).abs() < 1e-6 * (1.0 + want), "{got} vs {want}");
+        prop_assert!(entries.iter().all(|e| e.seconds.is_finite() && e.seconds > 0.0));
+        let g = IqcGraph::build(&ds, &victims.queries, &entries);
+        let mut dor: FxHashMap<u32, f64> = FxHashMap::default();
+        for n in g.level(6) {
+            let d = n.dor.unwrap();
+            prop_assert!((0.0..=1.0 + 1e-9).contains(&d));
+            *dor.entry(n.victim).or_insert(0.0) += d;
+        }
+        for (_, d) in dor {
+            prop_assert!((d - 1.0).abs() < 1e-9, "DOR sums to {d}");
+        }
+        for e in g.graph.edge_weights() {
+            prop_assert!(e.is_finite() && *e >= 0.0 && *e <= 1.0 + 1e-9);
+        }
+    }
+
+    /// Splitting any window row into two rows changes no result.
+    #[test]
+    fn split_invariance(tasks in proptest::collection::vec(rand_task(), 1..12), hosts in any::<bool>()) {
+        let opts = BlameOptions { stages: VictimStages::All, ..Default::default() };
+        let a = summed(&build(&tasks, false, hosts), &blame(&build(&tasks, false, hosts), &opts).unwrap().1);
+        let ds_b = build(&tasks, true, hosts);
+        let b = summed(&ds_b, &blame(&ds_b, &opts).unwrap().1);
+        prop_assert_eq!(a.len(), b.len());
+        for (k, v) in &a {
+            let w = b.get(k).copied().unwrap_or(0.0);
+            prop_assert!((v - w).abs() < 1e-6 * (1.0 + v.abs()), "{k}: {v} vs {w}");
+        }
+    }
+
+    /// With host usage measured, removing a culprit query's rows moves its
+    /// blame to `external`, never to another query.
+    #[test]
+    fn removed_culprit_becomes_external(tasks in proptest::collection::vec(rand_task(), 1..12)) {
+        let opts = BlameOptions {
+            victims: Some(vec!["q0".into()]),
+            stages: VictimStages::All,
+            ..Default::default()
+        };
+        let full = build(&tasks, false, true);
+        if full.queries.get("q0").is_none() { return Ok(()); }
+        let (_, before) = blame(&full, &opts).unwrap();
+        let kept: Vec<RandTask> = tasks.iter().filter(|t| t.query != 1).cloned().collect();
+        let less = build(&kept, false, true);
+        if less.queries.get("q0").is_none() { return Ok(()); }
+        let (_, after) = blame(&less, &opts).unwrap();
+        let non_slot = |ds: &Dataset, es: &[Entry]| -> FxHashMap<String, f64> {
+            let v: Vec<Entry> = es.iter().filter(|e| e.resource != Resource::Slots).cloned().collect();
+            by_culprit(ds, &v)
+        };
+        let (b, a) = (non_slot(&full, &before), non_slot(&less, &after));
+        for (k, v) in &a {
+            if k == "external" { continue; }
+            let was = b.get(k).copied().unwrap_or(0.0);
+            prop_assert!((v - was).abs() < 1e-6 * (1.0 + was), "{k}: {was} -> {v}");
+        }
+        let moved = b.get("q1").copied().unwrap_or(0.0);
+        let ext = a.get("external").copied().unwrap_or(0.0) - b.get("external").copied().unwrap_or(0.0);
+        prop_assert!((moved - ext).abs() < 1e-6 * (1.0 + moved), "q1 had {moved}, external grew {ext}");
+    }
+}

@@ -1,0 +1,209 @@
+//! Input formats: each becomes raw Arrow columns (any types) plus where each
+//! row came from, for error messages.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchReader, StringBuilder};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// The file formats of the interchange format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Parquet,
+    Csv,
+    JsonLines,
+}
+
+impl Format {
+    /// The format named by a file's extension (`.parquet`, `.csv`,
+    /// `.jsonl`/`.ndjson`/`.json`).
+    pub fn from_path(path: &str) -> Option<Format> {
+        let lower = path.to_ascii_lowercase();
+        let ext = lower.rsplit('.').next()?;
+        match ext {
+            "parquet" | "pq" => Some(Format::Parquet),
+            "csv" => Some(Format::Csv),
+            "jsonl" | "ndjson" | "json" => Some(Format::JsonLines),
+            _ => None,
+        }
+    }
+}
+
+/// Where a row came from: a line of a text file or a row of a Parquet file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Line(u64),
+    Row(u64),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Line(n) => write!(f, "line {n}"),
+            Origin::Row(n) => write!(f, "row {n}"),
+        }
+    }
+}
+
+/// A file's rows as raw columns, by name.
+pub struct RawRows {
+    pub columns: BTreeMap<String, ArrayRef>,
+    pub origins: Vec<Origin>,
+    /// Rows that could not even be parsed (malformed line, wrong field count).
+    pub unreadable: Vec<(Origin, String)>,
+}
+
+impl RawRows {
+    pub fn len(&self) -> usize {
+        self.origins.len()
+    }
+}
+
+/// Parses a whole file. Errors here are file-level (not a Parquet file, no
+/// header); row-level problems land in `unreadable`.
+pub fn read(format: Format, bytes: Bytes) -> Result<RawRows, String> {
+    match format {
+        Format::Parquet => read_parquet(bytes),
+        Format::Csv => read_csv(&bytes),
+        Format::JsonLines => read_jsonl(&bytes),
+    }
+}
+
+fn read_parquet(bytes: Bytes) -> Result<RawRows, String> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(|e| format!("not a readable Parquet file: {e}"))?
+        .build()
+        .map_err(|e| e.to_string())?;
+    let schema = reader.schema();
+    let batches: Vec<RecordBatch> = reader
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("Parquet read error: {e}"))?;
+    let batch = arrow::compute::concat_batches(&schema, &batches).map_err(|e| e.to_string())?;
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| (f.name().to_ascii_lowercase(), c.clone()))
+        .collect();
+    Ok(RawRows {
+        columns,
+        origins: (1..=batch.num_rows() as u64).map(Origin::Row).collect(),
+        unreadable: Vec::new(),
+    })
+}
+
+fn read_csv(bytes: &[u8]) -> Result<RawRows, String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(bytes);
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| format!("cannot read the CSV header: {e}"))?
+        .iter()
+        .map(|h| h.trim().to_ascii_lowercase())
+        .collect();
+    if header.iter().all(|h| h.is_empty()) {
+        return Err("the CSV file has no header line".into());
+    }
+    let mut builders: Vec<StringBuilder> = header.iter().map(|_| StringBuilder::new()).collect();
+    let mut origins = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {
+                let line = record.position().map_or(0, |p| p.line());
+                if record.len() == 1 && record.get(0) == Some("") {
+                    continue; // blank line
+                }
+                if record.len() != header.len() {
+                    unreadable.push((
+                        Origin::Line(line),
+                        format!("{} fields, the header has {}", record.len(), header.len()),
+                    ));
+                    continue;
+                }
+                for (b, v) in builders.iter_mut().zip(record.iter()) {
+                    if v.is_empty() {
+                        b.append_null();
+                    } else {
+                        b.append_value(v);
+                    }
+                }
+                origins.push(Origin::Line(line));
+            }
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line());
+                unreadable.push((Origin::Line(line), format!("malformed CSV: {e}")));
+                if !matches!(e.kind(), csv::ErrorKind::Utf8 { .. }) {
+                    break;
+                }
+            }
+        }
+    }
+    let columns = header
+        .into_iter()
+        .zip(builders)
+        .map(|(h, mut b)| (h, Arc::new(b.finish()) as ArrayRef))
+        .collect();
+    Ok(RawRows {
+        columns,
+        origins,
+        unreadable,
+    })
+}
+
+fn read_jsonl(bytes: &[u8]) -> Result<RawRows, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let mut values: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+    let mut origins = Vec::new();
+    let mut unreadable = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let obj = match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(o)) => o,
+            Ok(_) => {
+                unreadable.push((Origin::Line(line_no), "not a JSON object".into()));
+                continue;
+            }
+            Err(e) => {
+                unreadable.push((Origin::Line(line_no), format!("malformed JSON: {e}")));
+                continue;
+            }
+        };
+        let row = origins.len();
+        for (k, v) in obj {
+            let text = match v {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(s) => Some(s),
+                other => Some(other.to_string()),
+            };
+            let col = values.entry(k.to_ascii_lowercase()).or_default();
+            col.resize(row, None);
+            col.push(text);
+        }
+        origins.push(Origin::Line(line_no));
+    }
+    let n = origins.len();
+    let columns = values
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.resize(n, None);
+            let arr: ArrayRef = Arc::new(arrow::array::StringArray::from(v));
+            (k, arr)
+        })
+        .collect();
+    Ok(RawRows {
+        columns,
+        origins,
+        unreadable,
+    })
+}

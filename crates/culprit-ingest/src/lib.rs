@@ -1,0 +1,20 @@
+//! Ingestion: reads telemetry sources, validates every row by the rules of
+//! the interchange format, and commits the good rows to the store as one
+//! atomic batch.
+//!
+//! The pipeline is `sources` (list and fetch files, local or object store)
+//! -> `formats` (Parquet / CSV / JSON lines into raw Arrow columns) ->
+//! `convert` (into the canonical column types) -> `validate` (the rejection
+//! rules) -> `driver` (dedup, batch, commit, report).
+
+mod convert;
+mod driver;
+mod error;
+mod formats;
+mod sources;
+mod validate;
+
+pub use driver::{ingest, IngestOptions, IngestReport, Progress, Rejection};
+pub use error::{IngestError, Result};
+pub use formats::Format;
+pub use sources::{list_sources, SourceFile};

@@ -1,0 +1,174 @@
+//! Lists and reads input files: local paths (files or folders, recursively)
+//! and object-store URLs (`s3://bucket/prefix`, `file:///path`).
+
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::error::{source_err, Result};
+
+/// One input file.
+#[derive(Clone)]
+pub struct SourceFile {
+    /// How the file is named in messages: the path or URL the user gave.
+    pub name: String,
+    pub size: u64,
+    /// Whether the user named the file itself (not a folder holding it).
+    pub explicit: bool,
+    loc: Loc,
+}
+
+#[derive(Clone)]
+enum Loc {
+    Local(PathBuf),
+    Object(Arc<dyn ObjectStore>, Path),
+}
+
+impl SourceFile {
+    /// A local file, named by its path.
+    pub fn local(path: impl Into<PathBuf>) -> std::io::Result<SourceFile> {
+        let path = path.into();
+        let size = std::fs::metadata(&path)?.len();
+        Ok(SourceFile {
+            name: path.display().to_string(),
+            size,
+            explicit: true,
+            loc: Loc::Local(path),
+        })
+    }
+
+    /// Reads the whole file.
+    pub async fn read(&self) -> Result<Bytes> {
+        match &self.loc {
+            Loc::Local(p) => std::fs::read(p)
+                .map(Bytes::from)
+                .map_err(|e| source_err(&self.name, format!("cannot read: {e}"))),
+            Loc::Object(store, path) => {
+                let get = store
+                    .get(path)
+                    .await
+                    .map_err(|e| source_err(&self.name, format!("cannot read: {e}")))?;
+                get.bytes()
+                    .await
+                    .map_err(|e| source_err(&self.name, format!("cannot read: {e}")))
+            }
+        }
+    }
+
+    /// The local path, if the file is local.
+    pub fn local_path(&self) -> Option<&FsPath> {
+        match &self.loc {
+            Loc::Local(p) => Some(p),
+            Loc::Object(..) => None,
+        }
+    }
+}
+
+/// Expands the inputs into files, sorted by name within each input.
+/// Hidden files and culprit's own `_culprit` folders are skipped.
+pub async fn list_sources(inputs: &[String]) -> Result<Vec<SourceFile>> {
+    let mut out = Vec::new();
+    for input in inputs {
+        if let Some(rest) = input.strip_prefix("file://") {
+            list_local(input, FsPath::new(rest), &mut out)?;
+        } else if input.starts_with("s3://") || input.starts_with("s3a://") {
+            list_s3(input, &mut out).await?;
+        } else if input.contains("://") {
+            return Err(source_err(
+                input,
+                "unsupported URL scheme (use a path, file:// or s3://)",
+            ));
+        } else {
+            list_local(input, FsPath::new(input), &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+fn list_local(input: &str, path: &FsPath, out: &mut Vec<SourceFile>) -> Result<()> {
+    let meta = std::fs::metadata(path).map_err(|e| source_err(input, e))?;
+    if meta.is_file() {
+        out.push(SourceFile {
+            name: input.to_string(),
+            size: meta.len(),
+            explicit: true,
+            loc: Loc::Local(path.to_path_buf()),
+        });
+        return Ok(());
+    }
+    let mut stack = vec![path.to_path_buf()];
+    let mut found = Vec::new();
+    while let Some(dir) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| source_err(&dir.display().to_string(), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| source_err(&dir.display().to_string(), e))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') || name == "_culprit" {
+                continue;
+            }
+            let p = entry.path();
+            let ft = entry
+                .file_type()
+                .map_err(|e| source_err(&p.display().to_string(), e))?;
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                found.push(SourceFile {
+                    name: p.display().to_string(),
+                    size,
+                    explicit: false,
+                    loc: Loc::Local(p),
+                });
+            }
+        }
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    out.extend(found);
+    Ok(())
+}
+
+async fn list_s3(input: &str, out: &mut Vec<SourceFile>) -> Result<()> {
+    let url = url::Url::parse(input).map_err(|e| source_err(input, e))?;
+    let bucket = url
+        .host_str()
+        .ok_or_else(|| source_err(input, "no bucket name"))?;
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map_err(|e| source_err(input, e))?,
+    );
+    let prefix = Path::from(url.path().trim_matches('/'));
+    let mut metas: Vec<_> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|e| source_err(input, e))?;
+    metas.sort_by(|a, b| a.location.cmp(&b.location));
+    let single = metas.len() == 1 && metas[0].location == prefix;
+    for m in metas {
+        let hidden = m
+            .location
+            .parts()
+            .any(|p| p.as_ref().starts_with('.') || p.as_ref() == "_culprit");
+        if hidden {
+            continue;
+        }
+        out.push(SourceFile {
+            name: format!("s3://{bucket}/{}", m.location),
+            size: m.size,
+            explicit: single,
+            loc: Loc::Object(store.clone(), m.location),
+        });
+    }
+    if out.is_empty() {
+        return Err(source_err(input, "no objects under this prefix"));
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! The one mapping from culprit / DataFusion errors to SQLSTATE codes.
+//! `XX000` is kept for what can only be a bug.
+
+use datafusion::common::{DataFusionError, SchemaError};
+use datafusion::sql::sqlparser::parser::ParserError;
+use pgwire::error::{ErrorInfo, PgWireError};
+
+pub const SYNTAX_ERROR: &str = "42601";
+pub const UNDEFINED_TABLE: &str = "42P01";
+pub const UNDEFINED_COLUMN: &str = "42703";
+pub const UNDEFINED_FUNCTION: &str = "42883";
+pub const INVALID_PARAMETER_VALUE: &str = "22023";
+pub const DIVISION_BY_ZERO: &str = "22012";
+pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+pub const QUERY_CANCELED: &str = "57014";
+pub const OUT_OF_MEMORY: &str = "53200";
+pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
+pub const IO_ERROR: &str = "58030";
+pub const INTERNAL_ERROR: &str = "XX000";
+
+/// The SQLSTATE and message for a DataFusion error.
+pub fn classify(e: &DataFusionError) -> (&'static str, String) {
+    let root = e.find_root();
+    let msg = root.message().to_string();
+    let code = match root {
+        DataFusionError::SQL(..) => SYNTAX_ERROR,
+        DataFusionError::SchemaError(se, _) => match se.as_ref() {
+            SchemaError::FieldNotFound { .. } => UNDEFINED_COLUMN,
+            SchemaError::AmbiguousReference { .. } => "42702",
+            SchemaError::DuplicateQualifiedField { .. }
+            | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
+        },
+        DataFusionError::Plan(m) => plan_code(m),
+        DataFusionError::NotImplemented(_) => FEATURE_NOT_SUPPORTED,
+        DataFusionError::ResourcesExhausted(_) => OUT_OF_MEMORY,
+        DataFusionError::ArrowError(ae, _) => match ae.as_ref() {
+            datafusion::arrow::error::ArrowError::DivideByZero => DIVISION_BY_ZERO,
+            datafusion::arrow::error::ArrowError::CastError(_)
+            | datafusion::arrow::error::ArrowError::ParseError(_) => INVALID_TEXT_REPRESENTATION,
+            _ => INTERNAL_ERROR,
+        },
+        DataFusionError::Execution(m) => {
+            if m.contains("Invalid argument") || m.starts_with("culprit:") {
+                INVALID_PARAMETER_VALUE
+            } else if m.contains("Divide by zero") {
+                DIVISION_BY_ZERO
+            } else {
+                INTERNAL_ERROR
+            }
+        }
+        DataFusionError::IoError(_) | DataFusionError::ObjectStore(_) => IO_ERROR,
+        DataFusionError::External(_) => IO_ERROR,
+        _ => INTERNAL_ERROR,
+    };
+    (code, msg)
+}
+
+fn plan_code(m: &str) -> &'static str {
+    let lower = m.to_ascii_lowercase();
+    if lower.contains("table") && lower.contains("not found") {
+        UNDEFINED_TABLE
+    } else if lower.contains("invalid function")
+        || lower.contains("no function matches")
+        || lower.contains("function") && lower.contains("not found")
+    {
+        UNDEFINED_FUNCTION
+    } else if lower.contains("culprit:") || lower.contains("argument") {
+        INVALID_PARAMETER_VALUE
+    } else if lower.contains("schema") && lower.contains("not found") {
+        "3F000"
+    } else {
+        SYNTAX_OR_ACCESS_RULE
+    }
+}
+
+/// Turns an opaque `ApiError` into a `UserError` with its SQLSTATE.
+pub fn rewrite(error: &mut PgWireError) {
+    let PgWireError::ApiError(inner) = error else {
+        return;
+    };
+    let (code, msg) = if let Some(df) = inner.downcast_ref::<DataFusionError>() {
+        classify(df)
+    } else if let Some(p) = inner.downcast_ref::<ParserError>() {
+        (SYNTAX_ERROR, p.to_string())
+    } else {
+        (INTERNAL_ERROR, inner.to_string())
+    };
+    *error = PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        code.to_string(),
+        msg,
+    )));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let e = DataFusionError::Plan("table 'datafusion.public.nope' not found".into());
+        assert_eq!(classify(&e).0, UNDEFINED_TABLE);
+        let e = DataFusionError::Plan("Invalid function 'nope'.\nDid you mean 'now'?".into());
+        assert_eq!(classify(&e).0, UNDEFINED_FUNCTION);
+        let e = DataFusionError::ResourcesExhausted("pool".into());
+        assert_eq!(classify(&e).0, OUT_OF_MEMORY);
+        let e = DataFusionError::Context(
+            "ctx".into(),
+            Box::new(DataFusionError::Plan("culprit: unknown victim 'q9'".into())),
+        );
+        assert_eq!(classify(&e).0, INVALID_PARAMETER_VALUE);
+    }
+}

@@ -1,0 +1,77 @@
+//! Column builders for the canonical tables.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float64Builder, StringBuilder, TimestampMicrosecondBuilder};
+use arrow::record_batch::RecordBatch;
+use culprit_core::{ColumnKind, Table};
+
+/// Builds one table row by row, by column name.
+pub struct TableBuilder {
+    table: Table,
+    cols: Vec<Col>,
+}
+
+enum Col {
+    Str(StringBuilder),
+    Time(TimestampMicrosecondBuilder),
+    Float(Float64Builder),
+}
+
+/// A value for one cell.
+pub enum V<'a> {
+    S(&'a str),
+    T(i64),
+    F(f64),
+    Null,
+}
+
+impl TableBuilder {
+    pub fn new(table: Table, capacity: usize) -> Self {
+        let cols = table
+            .columns()
+            .iter()
+            .map(|c| match c.kind {
+                ColumnKind::Str => Col::Str(StringBuilder::with_capacity(capacity, capacity * 8)),
+                ColumnKind::Time => Col::Time(TimestampMicrosecondBuilder::with_capacity(capacity)),
+                ColumnKind::Float => Col::Float(Float64Builder::with_capacity(capacity)),
+            })
+            .collect();
+        TableBuilder { table, cols }
+    }
+
+    /// Appends a row given as `(column, value)` pairs; columns not named are NULL.
+    pub fn row(&mut self, values: &[(&str, V)]) {
+        for (i, spec) in self.table.columns().iter().enumerate() {
+            let v = values
+                .iter()
+                .find(|(n, _)| *n == spec.name)
+                .map(|(_, v)| v)
+                .unwrap_or(&V::Null);
+            match (&mut self.cols[i], v) {
+                (Col::Str(b), V::S(s)) => b.append_value(s),
+                (Col::Time(b), V::T(t)) => b.append_value(*t),
+                (Col::Float(b), V::F(f)) => b.append_value(*f),
+                (Col::Str(b), V::Null) => b.append_null(),
+                (Col::Time(b), V::Null) => b.append_null(),
+                (Col::Float(b), V::Null) => b.append_null(),
+                _ => panic!("wrong value kind for column {}", spec.name),
+            }
+        }
+    }
+
+    pub fn finish(self) -> RecordBatch {
+        let arrays: Vec<ArrayRef> = self
+            .cols
+            .into_iter()
+            .map(|c| -> ArrayRef {
+                match c {
+                    Col::Str(mut b) => Arc::new(b.finish()),
+                    Col::Time(mut b) => Arc::new(b.finish().with_timezone("UTC")),
+                    Col::Float(mut b) => Arc::new(b.finish()),
+                }
+            })
+            .collect();
+        RecordBatch::try_new(self.table.schema(), arrays).expect("builder matches schema")
+    }
+}

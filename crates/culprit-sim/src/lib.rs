@@ -1,0 +1,48 @@
+//! The project's own small cluster simulator: workloads with a known victim
+//! and an injected culprit, written as interchange tables.
+//!
+//! [`simulate`] runs a time-stepped simulation: hosts with cores, disk and
+//! network bandwidth and task slots; queries as stage DAGs; tasks sharing
+//! each resource in proportion to their demand, and blocked (on their
+//! bottleneck resource) whenever they get less than they need. Every blocked
+//! second comes from simulated contention, never from random numbers.
+//!
+//! [`fast`] writes plausible but unsimulated data at scale (a million tasks in
+//! seconds) for benchmarks.
+
+mod batches;
+mod fast;
+mod rng;
+mod sim;
+
+pub use fast::{fast, FastConfig};
+pub use sim::{simulate, SimConfig};
+
+use arrow::record_batch::RecordBatch;
+use culprit_core::Table;
+
+/// A generated data set: one batch per table, and the ground truth.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub queries: RecordBatch,
+    pub stages: RecordBatch,
+    pub tasks: RecordBatch,
+    pub task_windows: RecordBatch,
+    pub host_windows: RecordBatch,
+    /// The query to explain.
+    pub victim: String,
+    /// The query injected to slow the victim down (empty for `fast` data).
+    pub culprit: String,
+}
+
+impl Workload {
+    pub fn table(&self, table: Table) -> &RecordBatch {
+        match table {
+            Table::Queries => &self.queries,
+            Table::Stages => &self.stages,
+            Table::Tasks => &self.tasks,
+            Table::TaskWindows => &self.task_windows,
+            Table::HostWindows => &self.host_windows,
+        }
+    }
+}

@@ -1,0 +1,53 @@
+use std::sync::Arc;
+
+use culprit_core::Table;
+use culprit_store::Store;
+use datafusion::common::Result;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::table::StoreTable;
+use crate::udf;
+
+/// Views over the stored tables: `(name, SQL)`.
+pub const VIEWS: &[(&str, &str)] = &[(
+    "task_runs",
+    "SELECT task_id, query_id, stage_id, host, executor_id, ready_time, launch_time, finish_time, status,
+        (arrow_cast(finish_time, 'Int64') - arrow_cast(launch_time, 'Int64')) / 1e6 AS run_seconds,
+        (arrow_cast(launch_time, 'Int64') - arrow_cast(coalesce(ready_time, launch_time), 'Int64')) / 1e6 AS wait_seconds,
+        coalesce(disk_read_blocked, 0) + coalesce(disk_write_blocked, 0) + coalesce(network_blocked, 0)
+          + coalesce(cpu_blocked, 0) + coalesce(memory_blocked, 0) AS blocked_seconds,
+        cpu_seconds, gc_seconds
+     FROM tasks",
+)];
+
+/// The default session configuration: information_schema on, catalog
+/// `datafusion`, schema `public` (what PostgreSQL clients expect).
+pub fn default_config() -> SessionConfig {
+    SessionConfig::new()
+        .with_information_schema(true)
+        .with_default_catalog_and_schema("datafusion", "public")
+}
+
+/// A session over the store with the default configuration.
+pub async fn session(store: Store) -> Result<SessionContext> {
+    session_with_config(store, default_config()).await
+}
+
+/// A session over the store: its tables, views and functions.
+pub async fn session_with_config(store: Store, config: SessionConfig) -> Result<SessionContext> {
+    let runtime = RuntimeEnvBuilder::new().build_arc()?;
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    ctx.register_object_store(store.base_url(), store.object_store());
+    for table in Table::ALL {
+        ctx.register_table(
+            table.name(),
+            Arc::new(StoreTable::new(store.clone(), table)),
+        )?;
+    }
+    for (name, sql) in VIEWS {
+        ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await?;
+    }
+    udf::register_all(&ctx, Arc::new(crate::Engine::new(store)));
+    Ok(ctx)
+}

@@ -1,0 +1,81 @@
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use culprit_core::Table;
+use culprit_store::Store;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// One stored table: the Parquet files the store's newest manifest lists,
+/// looked up at every scan.
+#[derive(Debug)]
+pub struct StoreTable {
+    store: Store,
+    table: Table,
+}
+
+impl StoreTable {
+    pub fn new(store: Store, table: Table) -> Self {
+        StoreTable { store, table }
+    }
+}
+
+#[async_trait]
+impl TableProvider for StoreTable {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Parquet statistics prune row groups; DataFusion re-checks every row.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let manifest = self
+            .store
+            .manifest()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let urls = manifest
+            .files_of(self.table)
+            .map(|f| ListingTableUrl::parse(self.store.file_url(&f.path)))
+            .collect::<Result<Vec<_>>>()?;
+        if urls.is_empty() {
+            let schema = match projection {
+                Some(p) => Arc::new(self.schema().project(p)?),
+                None => self.schema(),
+            };
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .with_schema(self.schema());
+        ListingTable::try_new(config)?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}

@@ -1,0 +1,216 @@
+//! Literal arguments of the table functions: positional values, then
+//! options written as `'key=value'` text (DataFusion 55 does not plan named
+//! arguments of table functions).
+
+use std::sync::Arc;
+
+use culprit_core::method::{Attribution, BlameOptions, Micros, SlotBlame, VictimStages};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::Schema;
+use datafusion::catalog::TableFunctionArgs;
+use datafusion::common::{plan_err, DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::ColumnarValue;
+
+/// The evaluated arguments of a call.
+pub struct Args {
+    pub function: &'static str,
+    pub positional: Vec<ScalarValue>,
+    pub options: Vec<(String, String)>,
+}
+
+impl Args {
+    /// Evaluates every argument to a constant (a literal, a cast, `now()`,
+    /// ...); a column reference or a non-constant is an error.
+    pub fn parse(function: &'static str, args: &TableFunctionArgs) -> Result<Args> {
+        let empty = DFSchema::empty();
+        let batch = RecordBatch::new_empty(Arc::new(Schema::empty()));
+        let mut positional = Vec::new();
+        let mut options = Vec::new();
+        for (i, e) in args.exprs().iter().enumerate() {
+            let value = match args
+                .session()
+                .create_physical_expr(e.clone(), &empty)
+                .and_then(|p| p.evaluate(&batch))
+            {
+                Ok(ColumnarValue::Scalar(v)) => v,
+                _ => {
+                    return plan_err!(
+                        "culprit: {function}: argument {} ({e}) must be a constant",
+                        i + 1
+                    )
+                }
+            };
+            if let ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)) = &value
+            {
+                if let Some((k, v)) = option(s) {
+                    options.push((k, v));
+                    continue;
+                }
+            }
+            if !options.is_empty() {
+                return plan_err!(
+                    "culprit: {function}: positional argument {} after an option",
+                    i + 1
+                );
+            }
+            positional.push(value);
+        }
+        Ok(Args {
+            function,
+            positional,
+            options,
+        })
+    }
+
+    pub fn max_positional(&self, n: usize, usage: &str) -> Result<()> {
+        if self.positional.len() > n {
+            return plan_err!(
+                "culprit: {}: too many arguments; usage: {usage}",
+                self.function
+            );
+        }
+        Ok(())
+    }
+
+    /// Positional text (`NULL` or absent: `None`).
+    pub fn text(&self, i: usize) -> Result<Option<String>> {
+        match self.positional.get(i) {
+            None => Ok(None),
+            Some(v) if v.is_null() => Ok(None),
+            Some(ScalarValue::Utf8(Some(s)))
+            | Some(ScalarValue::LargeUtf8(Some(s)))
+            | Some(ScalarValue::Utf8View(Some(s))) => Ok(Some(s.clone())),
+            Some(v) => plan_err!(
+                "culprit: {}: argument {} must be text, got {v}",
+                self.function,
+                i + 1
+            ),
+        }
+    }
+
+    /// Positional time: a timestamp, RFC 3339 text or epoch milliseconds.
+    pub fn time(&self, i: usize) -> Result<Option<Micros>> {
+        let v = match self.positional.get(i) {
+            None => return Ok(None),
+            Some(v) if v.is_null() => return Ok(None),
+            Some(v) => v,
+        };
+        let us = match v {
+            ScalarValue::TimestampSecond(Some(x), _) => Some(x.saturating_mul(1_000_000)),
+            ScalarValue::TimestampMillisecond(Some(x), _) => Some(x.saturating_mul(1000)),
+            ScalarValue::TimestampMicrosecond(Some(x), _) => Some(*x),
+            ScalarValue::TimestampNanosecond(Some(x), _) => Some(x / 1000),
+            ScalarValue::Int64(Some(x)) => Some(x.saturating_mul(1000)),
+            ScalarValue::Int32(Some(x)) => Some(*x as i64 * 1000),
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)) => culprit_core::time::parse_time(s),
+            _ => None,
+        };
+        match us {
+            Some(us) => Ok(Some(us)),
+            None => plan_err!(
+                "culprit: {}: argument {} is not a time (a timestamp, RFC 3339 text or epoch milliseconds): {v}",
+                self.function,
+                i + 1
+            ),
+        }
+    }
+
+    /// Blame options from the `from`/`to` positions and the option strings.
+    pub fn blame_options(
+        &self,
+        victims: Option<Vec<String>>,
+        from: usize,
+        to: usize,
+    ) -> Result<BlameOptions> {
+        let mut o = BlameOptions {
+            victims,
+            from: self.time(from)?,
+            to: self.time(to)?,
+            ..Default::default()
+        };
+        if let (Some(a), Some(b)) = (o.from, o.to) {
+            if a >= b {
+                return plan_err!("culprit: {}: 'from' must be before 'to'", self.function);
+            }
+        }
+        for (k, v) in &self.options {
+            match k.as_str() {
+                "victim_stages" | "stages" => {
+                    o.stages = match v.as_str() {
+                        "critical_path" => VictimStages::CriticalPath,
+                        "all" => VictimStages::All,
+                        s => VictimStages::Stage(s.to_string()),
+                    }
+                }
+                "attribution" => {
+                    o.attribution = match v.as_str() {
+                        "window" => Attribution::Window,
+                        "paper" => Attribution::Paper,
+                        _ => {
+                            return plan_err!(
+                                "culprit: {}: attribution must be 'window' or 'paper', got '{v}'",
+                                self.function
+                            )
+                        }
+                    }
+                }
+                "slots" => {
+                    o.slots = match v.as_str() {
+                        "direct" => SlotBlame::Direct,
+                        "transitive" => SlotBlame::Transitive,
+                        _ => {
+                            return plan_err!(
+                                "culprit: {}: slots must be 'direct' or 'transitive', got '{v}'",
+                                self.function
+                            )
+                        }
+                    }
+                }
+                _ => return plan_err!("culprit: {}: unknown option '{k}'", self.function),
+            }
+        }
+        Ok(o)
+    }
+
+    pub fn no_options(&self) -> Result<()> {
+        if let Some((k, _)) = self.options.first() {
+            return plan_err!("culprit: {}: takes no option '{k}'", self.function);
+        }
+        Ok(())
+    }
+}
+
+/// The option names; any other text is a positional value (a query id may
+/// hold a `=`).
+const OPTIONS: [&str; 4] = ["victim_stages", "stages", "attribution", "slots"];
+
+/// `key=value` or `key => value`, for a known key.
+fn option(s: &str) -> Option<(String, String)> {
+    let (k, v) = s.split_once("=>").or_else(|| s.split_once('='))?;
+    let k = k.trim().to_ascii_lowercase();
+    if !OPTIONS.contains(&k.as_str()) {
+        return None;
+    }
+    Some((k, v.trim().trim_matches('\'').to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn options() {
+        assert_eq!(
+            super::option("victim_stages => all"),
+            Some(("victim_stages".into(), "all".into()))
+        );
+        assert_eq!(
+            super::option("slots=transitive"),
+            Some(("slots".into(), "transitive".into()))
+        );
+        assert_eq!(super::option("2026-01-01T00:00:00Z"), None);
+        assert_eq!(super::option("app/q=1"), None);
+    }
+}

@@ -1,0 +1,19 @@
+//! The storage catalog: where every file lives, what is visible, and how a
+//! batch of new data becomes visible at once.
+//!
+//! Data lives in an [`object_store`]: a local directory (the embedded
+//! default), `s3://bucket/prefix` (any S3-compatible store) or `memory://`
+//! (tests). Each table is a set of Parquet files in the canonical schema of
+//! [`culprit_core::Table`]. A file is visible only once a **manifest** lists
+//! it; manifests are versioned, immutable objects created with
+//! `PutMode::Create`, so an ingest is one atomic commit and a crash or a
+//! failed ingest leaves the store exactly as before.
+
+mod error;
+mod manifest;
+pub mod paths;
+mod store;
+
+pub use error::{Result, StoreError};
+pub use manifest::{BatchInfo, DataFile, Manifest, SourceRecord};
+pub use store::{CommitInfo, PendingBatch, Store, DEFAULT_STORE};

@@ -1,0 +1,71 @@
+//! The one module that decides where every object lives (relative to the
+//! store's root). Names sort usefully: manifests by version, data files by
+//! the time their batch started.
+//!
+//! ```text
+//! _culprit/manifests/00000000000000000007.json   the catalog, one per commit
+//! tables/<table>/<batch>-<part>.parquet           data, visible once listed
+//! ```
+
+use culprit_core::Table;
+use object_store::path::Path;
+
+pub const MANIFEST_DIR: &str = "_culprit/manifests";
+
+/// `_culprit/manifests/{version:020}.json`
+pub fn manifest(root: &Path, version: u64) -> Path {
+    join(root, &format!("{MANIFEST_DIR}/{version:020}.json"))
+}
+
+/// The folder holding the manifests.
+pub fn manifest_dir(root: &Path) -> Path {
+    join(root, MANIFEST_DIR)
+}
+
+/// Parses a manifest object's version from its file name.
+pub fn manifest_version(location: &Path) -> Option<u64> {
+    let name = location.filename()?;
+    let stem = name.strip_suffix(".json")?;
+    if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+        stem.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// `tables/<table>/<batch>-<part:04>.parquet`, relative to the root.
+pub fn data_file(table: Table, batch: &str, part: usize) -> String {
+    format!("tables/{}/{batch}-{part:04}.parquet", table.name())
+}
+
+/// An object path under the root.
+pub fn join(root: &Path, relative: &str) -> Path {
+    let mut p = root.clone();
+    for part in relative.split('/').filter(|s| !s.is_empty()) {
+        p = p.clone().join(part);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_names_round_trip_and_sort() {
+        let root = Path::from("data/culprit");
+        let a = manifest(&root, 7);
+        let b = manifest(&root, 12);
+        assert_eq!(
+            a.as_ref(),
+            "data/culprit/_culprit/manifests/00000000000000000007.json"
+        );
+        assert!(a.as_ref() < b.as_ref());
+        assert_eq!(manifest_version(&a), Some(7));
+        assert_eq!(manifest_version(&Path::from("x/notes.json")), None);
+        assert_eq!(
+            data_file(Table::TaskWindows, "b1", 3),
+            "tables/task_windows/b1-0003.parquet"
+        );
+    }
+}

@@ -1,0 +1,590 @@
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use culprit_core::Table;
+use futures::TryStreamExt;
+use object_store::buffered::BufWriter;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{AsyncArrowWriter, ProjectionMask};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use url::Url;
+
+use crate::manifest::{BatchInfo, DataFile, Manifest, SourceRecord};
+use crate::{paths, Result, StoreError};
+
+/// The store used when none is given: a directory beside the working directory.
+pub const DEFAULT_STORE: &str = "./culprit-data";
+
+/// Rows per Parquet file before a batch rolls over to the next file.
+const ROWS_PER_FILE: usize = 4 << 20;
+/// Rows per row group (the unit DataFusion scans in parallel and prunes).
+const ROWS_PER_GROUP: usize = 256 << 10;
+/// How often a commit retries after losing a race to a concurrent commit.
+const COMMIT_RETRIES: usize = 16;
+
+/// A culprit store: an object store, a root inside it, and the URL DataFusion
+/// reaches it by.
+#[derive(Clone)]
+pub struct Store {
+    object_store: Arc<dyn ObjectStore>,
+    /// Scheme and authority, e.g. `file:///`, `s3://bucket/`, `memory:///`.
+    base_url: Url,
+    /// The store's folder inside the object store.
+    root: Path,
+    display: String,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+impl fmt::Display for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
+impl Store {
+    /// Opens a store by URL: a plain path or `file:///path` (created if
+    /// missing), `s3://bucket/prefix` (standard `AWS_*` variables, with
+    /// `AWS_ENDPOINT_URL` and `AWS_ALLOW_HTTP` for S3-compatible stores), or
+    /// `memory://` (a new empty in-memory store, for tests).
+    pub fn open(spec: &str) -> Result<Store> {
+        let invalid = |reason: String| StoreError::InvalidUrl {
+            url: spec.to_string(),
+            reason,
+        };
+        if spec.starts_with("memory://") {
+            return Ok(Store::new(
+                Arc::new(InMemory::new()),
+                Url::parse("memory:///").expect("static URL"),
+                Path::default(),
+                spec.to_string(),
+            ));
+        }
+        if spec.starts_with("s3://") || spec.starts_with("s3a://") {
+            let url = Url::parse(spec).map_err(|e| invalid(e.to_string()))?;
+            let bucket = url
+                .host_str()
+                .filter(|b| !b.is_empty())
+                .ok_or_else(|| invalid("no bucket name".into()))?
+                .to_string();
+            let s3 = object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(&bucket)
+                .build()
+                .map_err(|e| invalid(e.to_string()))?;
+            let root = Path::from(url.path().trim_matches('/'));
+            let base =
+                Url::parse(&format!("s3://{bucket}/")).map_err(|e| invalid(e.to_string()))?;
+            return Ok(Store::new(Arc::new(s3), base, root, spec.to_string()));
+        }
+        let local = if let Some(rest) = spec.strip_prefix("file://") {
+            std::path::PathBuf::from(rest)
+        } else if spec.contains("://") {
+            return Err(invalid(
+                "unsupported scheme (use a path, file://, s3:// or memory://)".into(),
+            ));
+        } else {
+            std::path::PathBuf::from(spec)
+        };
+        std::fs::create_dir_all(&local)
+            .map_err(|e| invalid(format!("cannot create folder: {e}")))?;
+        let abs = std::fs::canonicalize(&local).map_err(|e| invalid(e.to_string()))?;
+        let root = Path::from_absolute_path(&abs).map_err(|e| invalid(e.to_string()))?;
+        Ok(Store::new(
+            Arc::new(LocalFileSystem::new()),
+            Url::parse("file:///").expect("static URL"),
+            root,
+            abs.display().to_string(),
+        ))
+    }
+
+    /// A store over any object store (used by tests to inject faults).
+    pub fn new(
+        object_store: Arc<dyn ObjectStore>,
+        base_url: Url,
+        root: Path,
+        display: String,
+    ) -> Store {
+        Store {
+            object_store,
+            base_url,
+            root,
+            display,
+        }
+    }
+
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.object_store.clone()
+    }
+
+    /// The URL under which DataFusion must register [`Self::object_store`].
+    pub fn base_url(&self) -> &Url {
+        &self.base_url
+    }
+
+    /// The object path of a file given relative to the root.
+    pub fn path(&self, relative: &str) -> Path {
+        paths::join(&self.root, relative)
+    }
+
+    /// The full URL of a file given relative to the root, for DataFusion.
+    pub fn file_url(&self, relative: &str) -> String {
+        format!("{}{}", self.base_url, self.path(relative))
+    }
+
+    fn os_err(&self) -> impl Fn(object_store::Error) -> StoreError + '_ {
+        move |source| StoreError::ObjectStore {
+            store: self.display.clone(),
+            source,
+        }
+    }
+
+    /// The newest manifest, or an empty one (version 0) for a new store.
+    pub async fn manifest(&self) -> Result<Manifest> {
+        let dir = paths::manifest_dir(&self.root);
+        let metas: Vec<_> = self
+            .object_store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(self.os_err())?;
+        let newest = metas
+            .iter()
+            .filter_map(|m| paths::manifest_version(&m.location).map(|v| (v, &m.location)))
+            .max_by_key(|(v, _)| *v);
+        let Some((version, location)) = newest else {
+            return Ok(Manifest {
+                format: Manifest::FORMAT,
+                ..Manifest::default()
+            });
+        };
+        let bytes = self
+            .object_store
+            .get(location)
+            .await
+            .map_err(self.os_err())?
+            .bytes()
+            .await
+            .map_err(self.os_err())?;
+        let corrupt = |reason: String| StoreError::CorruptManifest {
+            path: location.to_string(),
+            reason,
+        };
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if manifest.version != version {
+            return Err(corrupt(format!(
+                "names version {version} but holds version {}",
+                manifest.version
+            )));
+        }
+        if manifest.format > Manifest::FORMAT {
+            return Err(corrupt(format!(
+                "format {} is newer than this culprit understands ({})",
+                manifest.format,
+                Manifest::FORMAT
+            )));
+        }
+        Ok(manifest)
+    }
+
+    /// Starts a batch: files written to it stay invisible until [`PendingBatch::commit`].
+    pub fn begin(&self) -> PendingBatch {
+        let id = format!(
+            "b{}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S%3f"),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        PendingBatch {
+            store: self.clone(),
+            id,
+            files: Vec::new(),
+            sources: Vec::new(),
+            parts: BTreeMap::new(),
+        }
+    }
+
+    /// Streams a table's rows file by file (the next file fetched ahead), with
+    /// only the named columns if given: memory stays bounded by two files'
+    /// bytes and a batch.
+    pub fn scan_table(
+        &self,
+        manifest: &Manifest,
+        table: Table,
+        columns: Option<&[&str]>,
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+        use futures::StreamExt;
+        let files: Vec<DataFile> = manifest.files_of(table).cloned().collect();
+        let columns: Option<Vec<String>> =
+            columns.map(|c| c.iter().map(|s| s.to_string()).collect());
+        let store = self.clone();
+        futures::stream::iter(files)
+            .map(move |file| {
+                let store = store.clone();
+                let columns = columns.clone();
+                async move {
+                    let path = store.path(&file.path);
+                    let perr = |source| StoreError::Parquet {
+                        path: path.to_string(),
+                        source,
+                    };
+                    let bytes = store
+                        .object_store
+                        .get(&path)
+                        .await
+                        .map_err(store.os_err())?
+                        .bytes()
+                        .await
+                        .map_err(store.os_err())?;
+                    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                        .map_err(perr)?
+                        .with_batch_size(64 * 1024);
+                    if let Some(cols) = &columns {
+                        let schema = builder.schema().clone();
+                        let indices: Vec<usize> = cols
+                            .iter()
+                            .filter_map(|c| schema.index_of(c).ok())
+                            .collect();
+                        let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+                        builder = builder.with_projection(mask);
+                    }
+                    let reader = builder.build().map_err(perr)?;
+                    let p2 = path.to_string();
+                    // Decoding is lazy: one batch at a time as the stream is polled.
+                    Ok::<_, StoreError>(futures::stream::iter(reader.map(move |r| {
+                        r.map_err(|e| StoreError::Parquet {
+                            path: p2.clone(),
+                            source: e.into(),
+                        })
+                    })))
+                }
+            })
+            .buffered(2)
+            .try_flatten()
+            .boxed()
+    }
+
+    /// Reads a whole table (the files the manifest lists), with only the
+    /// named columns if given.
+    pub async fn read_table(
+        &self,
+        manifest: &Manifest,
+        table: Table,
+        columns: Option<&[&str]>,
+    ) -> Result<Vec<RecordBatch>> {
+        self.scan_table(manifest, table, columns)
+            .try_collect()
+            .await
+    }
+}
+
+/// What a commit made visible.
+#[derive(Debug, Clone)]
+pub struct CommitInfo {
+    pub version: u64,
+    pub batch: String,
+    pub rows: BTreeMap<String, u64>,
+    pub files: usize,
+}
+
+/// A batch being written: its files exist but no manifest lists them yet.
+pub struct PendingBatch {
+    store: Store,
+    id: String,
+    files: Vec<DataFile>,
+    sources: Vec<SourceRecord>,
+    parts: BTreeMap<Table, usize>,
+}
+
+impl PendingBatch {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Rows written so far, per table.
+    pub fn rows(&self) -> BTreeMap<String, u64> {
+        let mut rows = BTreeMap::new();
+        for f in &self.files {
+            *rows.entry(f.table.clone()).or_insert(0) += f.rows;
+        }
+        rows
+    }
+
+    /// Records a source as ingested by this batch.
+    pub fn add_source(&mut self, key: String, name: String) {
+        self.sources.push(SourceRecord {
+            key,
+            name,
+            batch: self.id.clone(),
+        });
+    }
+
+    /// Writes rows of a table (in its canonical schema) as one or more
+    /// Parquet files. Empty input writes nothing.
+    pub async fn write(&mut self, table: Table, batches: &[RecordBatch]) -> Result<()> {
+        let schema = table.schema();
+        let mut current: Option<(AsyncArrowWriter<BufWriter>, String, u64)> = None;
+        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+            let batch = if batch.schema() == schema {
+                batch.clone()
+            } else {
+                RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?
+            };
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                if current.is_none() {
+                    let part = self.parts.entry(table).or_insert(0);
+                    let rel = paths::data_file(table, &self.id, *part);
+                    *part += 1;
+                    let props = WriterProperties::builder()
+                        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
+                        .set_max_row_group_row_count(Some(ROWS_PER_GROUP))
+                        .build();
+                    let writer =
+                        BufWriter::new(self.store.object_store.clone(), self.store.path(&rel));
+                    let w = AsyncArrowWriter::try_new(writer, schema.clone(), Some(props))
+                        .map_err(|source| StoreError::Parquet {
+                            path: rel.clone(),
+                            source,
+                        })?;
+                    // Recorded at once, so that an abort removes whatever part
+                    // of it reached the store, even after a failed write.
+                    self.files.push(DataFile {
+                        table: table.name().to_string(),
+                        path: rel.clone(),
+                        rows: 0,
+                        bytes: 0,
+                        batch: self.id.clone(),
+                    });
+                    current = Some((w, rel, 0));
+                }
+                let (w, rel, rows) = current.as_mut().expect("writer open");
+                let take = (ROWS_PER_FILE - *rows as usize).min(batch.num_rows() - offset);
+                w.write(&batch.slice(offset, take))
+                    .await
+                    .map_err(|source| StoreError::Parquet {
+                        path: rel.clone(),
+                        source,
+                    })?;
+                *rows += take as u64;
+                offset += take;
+                if *rows as usize >= ROWS_PER_FILE {
+                    let (w, rel, rows) = current.take().expect("writer open");
+                    self.finish_file(w, rel, rows).await?;
+                }
+            }
+        }
+        if let Some((w, rel, rows)) = current.take() {
+            self.finish_file(w, rel, rows).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish_file(
+        &mut self,
+        writer: AsyncArrowWriter<BufWriter>,
+        rel: String,
+        rows: u64,
+    ) -> Result<()> {
+        writer.close().await.map_err(|source| StoreError::Parquet {
+            path: rel.clone(),
+            source,
+        })?;
+        let meta = self
+            .store
+            .object_store
+            .head(&self.store.path(&rel))
+            .await
+            .map_err(self.store.os_err())?;
+        let file = self.files.last_mut().expect("recorded when opened");
+        file.rows = rows;
+        file.bytes = meta.size;
+        Ok(())
+    }
+
+    /// Makes the batch visible: writes the next manifest version with
+    /// `PutMode::Create`. A concurrent commit that took the version first is
+    /// merged in and the commit retried. On error the batch's files are
+    /// removed and the store is as before.
+    pub async fn commit(self) -> Result<CommitInfo> {
+        match self.try_commit().await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                self.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn try_commit(&self) -> Result<CommitInfo> {
+        let rows = self.rows();
+        for _ in 0..COMMIT_RETRIES {
+            let mut manifest = self.store.manifest().await?;
+            let version = manifest.version + 1;
+            manifest.version = version;
+            manifest.format = Manifest::FORMAT;
+            manifest.files.extend(self.files.iter().cloned());
+            manifest.sources.extend(
+                self.sources
+                    .iter()
+                    .filter(|s| manifest.sources.iter().all(|m| m.key != s.key))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            manifest.batches.push(BatchInfo {
+                id: self.id.clone(),
+                version,
+                committed_at: chrono::Utc::now().to_rfc3339(),
+                rows: rows.clone(),
+            });
+            let body = serde_json::to_vec_pretty(&manifest).expect("manifest serializes");
+            let location = paths::manifest(&self.store.root, version);
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            match self
+                .store
+                .object_store
+                .put_opts(&location, PutPayload::from(body), opts)
+                .await
+            {
+                Ok(_) => {
+                    return Ok(CommitInfo {
+                        version,
+                        batch: self.id.clone(),
+                        rows,
+                        files: self.files.len(),
+                    })
+                }
+                Err(object_store::Error::AlreadyExists { .. }) => continue,
+                Err(e) => return Err((self.store.os_err())(e)),
+            }
+        }
+        Err(StoreError::Conflict(COMMIT_RETRIES))
+    }
+
+    /// Removes the batch's files (best effort); the store stays as before.
+    pub async fn abort(self) {
+        for f in &self.files {
+            let path = self.store.path(&f.path);
+            match self.store.object_store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    log::warn!("could not remove uncommitted file {path}: {e}")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMicrosecondArray};
+
+    fn host_rows(n: usize) -> RecordBatch {
+        let t: Vec<i64> = (0..n as i64).collect();
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec!["h1"; n])),
+            Arc::new(TimestampMicrosecondArray::from(t.clone()).with_timezone("UTC")),
+            Arc::new(TimestampMicrosecondArray::from(t).with_timezone("UTC")),
+            Arc::new(StringArray::from(vec!["cpu"; n])),
+            Arc::new(Float64Array::from(vec![Some(4.0); n])),
+            Arc::new(Float64Array::from(vec![None; n])),
+        ];
+        RecordBatch::try_new(Table::HostWindows.schema(), cols).unwrap()
+    }
+
+    #[tokio::test]
+    async fn commits_are_visible_only_when_committed() {
+        let store = Store::open("memory://").unwrap();
+        assert_eq!(store.manifest().await.unwrap().version, 0);
+
+        let mut batch = store.begin();
+        batch
+            .write(Table::HostWindows, &[host_rows(10)])
+            .await
+            .unwrap();
+        batch.add_source("k1".into(), "a.csv".into());
+        // Written but not committed: invisible.
+        assert_eq!(
+            store.manifest().await.unwrap().rows_of(Table::HostWindows),
+            0
+        );
+        let info = batch.commit().await.unwrap();
+        assert_eq!(info.version, 1);
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.rows_of(Table::HostWindows), 10);
+        assert!(m.source("k1").is_some());
+        let rows: usize = store
+            .read_table(&m, Table::HostWindows, Some(&["host"]))
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(rows, 10);
+
+        // An aborted batch leaves nothing behind.
+        let mut batch = store.begin();
+        batch
+            .write(Table::HostWindows, &[host_rows(5)])
+            .await
+            .unwrap();
+        batch.abort().await;
+        let objects: Vec<_> = store.object_store().list(None).try_collect().await.unwrap();
+        assert_eq!(objects.len(), 2, "{objects:?}"); // one data file, one manifest
+        assert_eq!(store.manifest().await.unwrap(), m);
+    }
+
+    #[tokio::test]
+    async fn concurrent_commits_both_land() {
+        let store = Store::open("memory://").unwrap();
+        let mut a = store.begin();
+        let mut b = store.begin();
+        a.write(Table::HostWindows, &[host_rows(3)]).await.unwrap();
+        b.write(Table::HostWindows, &[host_rows(4)]).await.unwrap();
+        let (ra, rb) = tokio::join!(a.commit(), b.commit());
+        let mut versions = [ra.unwrap().version, rb.unwrap().version];
+        versions.sort();
+        assert_eq!(versions, [1, 2]);
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.rows_of(Table::HostWindows), 7);
+        assert_eq!(m.batches.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn local_store_and_bad_urls() {
+        let dir = std::env::temp_dir().join(format!("culprit-store-test-{}", std::process::id()));
+        let store = Store::open(dir.to_str().unwrap()).unwrap();
+        let mut batch = store.begin();
+        batch
+            .write(Table::HostWindows, &[host_rows(2)])
+            .await
+            .unwrap();
+        batch.commit().await.unwrap();
+        let again = Store::open(&format!("file://{}", dir.display())).unwrap();
+        assert_eq!(
+            again.manifest().await.unwrap().rows_of(Table::HostWindows),
+            2
+        );
+        assert!(dir
+            .join("_culprit/manifests/00000000000000000001.json")
+            .exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let err = Store::open("ftp://x/y").unwrap_err().to_string();
+        assert!(err.contains("unsupported scheme"), "{err}");
+    }
+}

@@ -1,0 +1,110 @@
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use culprit_store::Store;
+
+/// The `culprit` binary built by cargo for these tests.
+pub fn culprit() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_culprit"))
+}
+
+/// Runs the binary and returns its output; panics with stderr on a spawn failure.
+pub fn run(args: &[&str]) -> Output {
+    let out = culprit()
+        .args(args)
+        .env_remove("CULPRIT_STORE")
+        .env_remove("CULPRIT_LISTEN")
+        .output()
+        .expect("run culprit");
+    out
+}
+
+/// Runs the binary and asserts it succeeded.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "culprit {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Writes the simulated workload (seed 42, the defaults) as files.
+pub fn generate(dir: &Path, format: &str) {
+    run_ok(&[
+        "generate",
+        "--out",
+        dir.to_str().unwrap(),
+        "--format",
+        format,
+    ]);
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A fresh local store holding the simulated workload (seed 42).
+pub fn demo_store() -> (tempfile::TempDir, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("in");
+    generate(&data, "parquet");
+    let store = tmp.path().join("store");
+    let store_s = store.to_str().unwrap().to_string();
+    run_ok(&["ingest", "--store", &store_s, data.to_str().unwrap()]);
+    (tmp, store_s)
+}
+
+/// Starts the real server on a free loopback port over the store.
+pub async fn start_server(store: Store) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let ctx = Arc::new(culprit_sql::session(store).await.expect("session"));
+    let server = culprit_server::Server::bind(ctx, "127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = server.local_addr();
+    let handle = tokio::spawn(async move {
+        server
+            .run(std::future::pending::<()>())
+            .await
+            .expect("server runs");
+    });
+    (addr, handle)
+}
+
+pub async fn connect(addr: SocketAddr) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(
+        &format!(
+            "host={} port={} user=culprit dbname=culprit",
+            addr.ip(),
+            addr.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// Runs psql against the server; fails loudly when psql is not installed
+/// (`.ci/run` installs Debian's postgresql-client).
+pub fn psql(addr: SocketAddr, args: &[&str]) -> Output {
+    let conn = format!(
+        "host={} port={} user=culprit dbname=culprit",
+        addr.ip(),
+        addr.port()
+    );
+    Command::new("psql")
+        .arg(conn)
+        .args(["-X", "-v", "ON_ERROR_STOP=1"])
+        .args(args)
+        .output()
+        .expect("psql must be installed (apt-get install postgresql-client); .ci/run installs it")
+}

@@ -1,0 +1,182 @@
+//! A failed ingest leaves the store readable and unchanged: a real in-memory
+//! object store wrapped to fail on the Nth write.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use culprit_core::Table;
+use culprit_ingest::{ingest, list_sources, IngestOptions};
+use culprit_store::Store;
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+use crate::common::generate;
+
+/// Fails every write once `countdown` writes have gone through.
+#[derive(Debug)]
+struct FailingStore {
+    inner: InMemory,
+    countdown: AtomicUsize,
+}
+
+impl fmt::Display for FailingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FailingStore")
+    }
+}
+
+impl FailingStore {
+    fn check(&self) -> object_store::Result<()> {
+        let left = self.countdown.load(Ordering::SeqCst);
+        if left == 0 {
+            return Err(object_store::Error::Generic {
+                store: "FailingStore",
+                source: "injected write failure".into(),
+            });
+        }
+        self.countdown.store(left - 1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FailingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.check()?;
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.check()?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+async fn count(store: &Store, sql: &str) -> i64 {
+    let ctx = culprit_sql::session(store.clone()).await.unwrap();
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    use arrow::array::AsArray;
+    batches[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::Int64Type>()
+        .value(0)
+}
+
+async fn object_count(os: &Arc<FailingStore>) -> usize {
+    use futures::TryStreamExt;
+    let all: Vec<_> = os.inner.list(None).try_collect().await.unwrap();
+    all.len()
+}
+
+#[tokio::test]
+async fn failed_ingest_leaves_store_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = tmp.path().join("first");
+    generate(&first, "csv");
+    // A second, different data set: the same workload as Parquet.
+    let second = tmp.path().join("second");
+    generate(&second, "parquet");
+
+    // Fail the 1st, 2nd, ... write of the second ingest, until it has no
+    // write left to fail.
+    for fail_after in 0usize.. {
+        let os = Arc::new(FailingStore {
+            inner: InMemory::new(),
+            countdown: AtomicUsize::new(usize::MAX),
+        });
+        let store = Store::new(
+            os.clone(),
+            url::Url::parse("memory:///").unwrap(),
+            Path::from("faulty"),
+            "memory://faulty".into(),
+        );
+        let sources = list_sources(&[first.display().to_string()]).await.unwrap();
+        let report = ingest(&store, sources, &IngestOptions::default(), &())
+            .await
+            .unwrap();
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        let before = store.manifest().await.unwrap();
+        let tasks_before = count(&store, "SELECT count(*) FROM tasks").await;
+        let windows_before = count(&store, "SELECT count(*) FROM task_windows").await;
+        let objects_before = object_count(&os).await;
+        assert!(tasks_before > 0);
+
+        // The next ingest fails on its (fail_after + 1)-th write.
+        os.countdown.store(fail_after, Ordering::SeqCst);
+        let sources = list_sources(&[second.display().to_string()]).await.unwrap();
+        // Different bytes, so nothing is skipped as already ingested: every
+        // table's files are written before the commit that fails or not.
+        let result = ingest(&store, sources, &IngestOptions::default(), &()).await;
+        os.countdown.store(usize::MAX, Ordering::SeqCst);
+        if result.is_ok() {
+            // Data files and the manifest: at least three writes were failed.
+            assert!(fail_after >= 3, "only {fail_after} writes");
+            break;
+        }
+
+        let after = store.manifest().await.unwrap();
+        assert_eq!(after, before, "manifest changed after a failed ingest");
+        assert_eq!(
+            count(&store, "SELECT count(*) FROM tasks").await,
+            tasks_before
+        );
+        assert_eq!(
+            count(&store, "SELECT count(*) FROM task_windows").await,
+            windows_before
+        );
+        assert_eq!(
+            object_count(&os).await,
+            objects_before,
+            "uncommitted files left behind"
+        );
+        assert_eq!(after.rows_of(Table::Tasks) as i64, tasks_before);
+    }
+}

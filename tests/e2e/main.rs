@@ -1,0 +1,8 @@
+//! End-to-end tests: the real `culprit` binary, the real server on a real
+//! port, real clients (tokio-postgres, psql).
+
+mod common;
+mod faults;
+mod ingest;
+mod server;
+mod slt;
