@@ -198,7 +198,7 @@ fn demo_prints_a_working_psql_line() {
     );
     let first = text.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("q-culprit|mallory"),
+        first.starts_with("query|q-culprit|mallory|etl|"),
         "the culprit is not first:\n{text}"
     );
 

@@ -1,6 +1,7 @@
-//! Runs the sqllogictest files of `sql/`: every file in-process against a
-//! store holding the simulated workload, and the files marked
-//! `# pgwire` on their first line also through the real server.
+//! Runs the sqllogictest files of `sql/`: every file in-process, and the
+//! files with a `# pgwire` header line also through the real server. A file
+//! runs against a store holding the simulated workload (seed 42), or the
+//! folder its `# data: <dir>` header line names (relative to the repository).
 
 use std::net::SocketAddr;
 
@@ -127,10 +128,36 @@ fn slt_files() -> Vec<std::path::PathBuf> {
     files
 }
 
+/// The header lines (leading comments) of a file.
+fn header(file: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.to_string())
+        .collect()
+}
+
+/// The store a file runs against: its `# data:` folder ingested, or the demo.
+fn store_for(file: &std::path::Path, demo: &str) -> (Option<tempfile::TempDir>, String) {
+    let data = header(file)
+        .iter()
+        .find_map(|l| l.strip_prefix("# data:").map(|d| d.trim().to_string()));
+    let Some(dir) = data else {
+        return (None, demo.to_string());
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store").display().to_string();
+    let src = repo_root().join(dir);
+    crate::common::run_ok(&["ingest", "--store", &store, src.to_str().unwrap()]);
+    (Some(tmp), store)
+}
+
 #[tokio::test]
 async fn sqllogictest_in_process() {
-    let (_tmp, store) = demo_store();
+    let (_tmp, demo) = demo_store();
     for file in slt_files() {
+        let (_data, store) = store_for(&file, &demo);
         let ctx = culprit_sql::session(Store::open(&store).unwrap())
             .await
             .unwrap();
@@ -147,15 +174,15 @@ async fn sqllogictest_in_process() {
 
 #[tokio::test]
 async fn sqllogictest_through_pgwire() {
-    let (_tmp, store) = demo_store();
-    let (addr, _server): (SocketAddr, _) = start_server(Store::open(&store).unwrap()).await;
+    let (_tmp, demo) = demo_store();
     let mut ran = 0;
     for file in slt_files() {
-        let text = std::fs::read_to_string(&file).unwrap();
-        if !text.lines().next().is_some_and(|l| l.contains("# pgwire")) {
+        if !header(&file).iter().any(|l| l.trim() == "# pgwire") {
             continue;
         }
         ran += 1;
+        let (_data, store) = store_for(&file, &demo);
+        let (addr, server): (SocketAddr, _) = start_server(Store::open(&store).unwrap()).await;
         let mut runner = sqllogictest::Runner::new(move || async move {
             Ok(Wire(crate::common::connect(addr).await))
         });
@@ -163,6 +190,7 @@ async fn sqllogictest_through_pgwire() {
             .run_file_async(&file)
             .await
             .unwrap_or_else(|e| panic!("{} (pgwire): {e}", file.display()));
+        server.abort();
     }
     assert!(ran > 0, "no .slt file is marked # pgwire");
 }

@@ -273,13 +273,13 @@ async fn demo(store_url: &str, listen: &str, seed: u64) -> Result<ExitCode, BoxE
     Ok(ExitCode::SUCCESS)
 }
 
-/// The question the demo asks.
+/// The question the demo asks: who slowed the victim, with the users and
+/// pools of the culprits and what overlap alone would have said.
 fn demo_query(victim: &str) -> String {
     format!(
-        "SELECT o.query_id, q.user, q.pool, round(sum(o.overlap_seconds), 1) AS overlap_seconds \
-         FROM (SELECT c.query_id, greatest(0, least(arrow_cast(v.finish_time, 'Int64'), arrow_cast(c.finish_time, 'Int64')) \
-         - greatest(arrow_cast(v.launch_time, 'Int64'), arrow_cast(c.launch_time, 'Int64'))) / 1e6 AS overlap_seconds \
-         FROM tasks v JOIN tasks c ON v.host = c.host AND c.query_id <> v.query_id WHERE v.query_id = '{victim}') o \
-         JOIN queries q USING (query_id) GROUP BY o.query_id, q.user, q.pool ORDER BY overlap_seconds DESC"
+        "SELECT c.culprit_kind, c.culprit_query, q.user, q.pool, round(c.blame_seconds, 1) AS blame_seconds, \
+         round(c.dor, 3) AS dor, round(c.deep_overlap_seconds, 1) AS overlap_seconds \
+         FROM culprits('{victim}') c LEFT JOIN queries q ON q.query_id = c.culprit_query \
+         ORDER BY 5 DESC"
     )
 }
