@@ -305,6 +305,16 @@ impl fmt::Display for Resource {
 impl FromStr for Resource {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // Hot in ingestion and loading: match bytes, not a search.
+        match s.as_bytes() {
+            b"cpu" => return Ok(Resource::Cpu),
+            b"network" => return Ok(Resource::Network),
+            b"disk_read" => return Ok(Resource::DiskRead),
+            b"disk_write" => return Ok(Resource::DiskWrite),
+            b"memory" => return Ok(Resource::Memory),
+            b"slots" => return Ok(Resource::Slots),
+            _ => {}
+        }
         Resource::ALL
             .into_iter()
             .find(|r| r.name() == s)

@@ -37,6 +37,7 @@ impl Engine {
                 return Ok(ds.clone());
             }
         }
+        let started = std::time::Instant::now();
         let mut ds = Dataset::new();
         // Tasks first: window rows name them. Batches are folded in as they
         // stream, so memory holds the dataset plus a few batches.
@@ -48,6 +49,7 @@ impl Engine {
         while let Some(b) = stages.try_next().await.map_err(store_err)? {
             ds.add_stages(&b);
         }
+        ds.reserve_windows(manifest.rows_of(Table::TaskWindows) as usize);
         let mut windows = self.store.scan_table(&manifest, Table::TaskWindows, None);
         while let Some(b) = windows.try_next().await.map_err(store_err)? {
             ds.add_task_windows(&b);
@@ -56,6 +58,12 @@ impl Engine {
         while let Some(b) = hosts.try_next().await.map_err(store_err)? {
             ds.add_host_windows(&b);
         }
+        log::info!(
+            "loaded store version {} for the method in {:.2} s ({} tasks)",
+            manifest.version,
+            started.elapsed().as_secs_f64(),
+            ds.tasks.len()
+        );
         let ds = Arc::new(ds);
         *cache = Some((manifest.version, ds.clone()));
         Ok(ds)

@@ -89,6 +89,45 @@ pub struct Entry {
     pub seconds: f64,
 }
 
+/// Level-4 nodes in chunks (one per sweep job, in job order), so that the
+/// result of a large analysis is never copied into one vector.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Level4 {
+    chunks: Vec<Vec<Entry>>,
+}
+
+impl Level4 {
+    pub fn iter(&self) -> std::iter::Flatten<std::slice::Iter<'_, Vec<Entry>>> {
+        self.chunks.iter().flatten()
+    }
+
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn to_vec(&self) -> Vec<Entry> {
+        self.iter().cloned().collect()
+    }
+}
+
+impl From<Vec<Entry>> for Level4 {
+    fn from(v: Vec<Entry>) -> Self {
+        Level4 { chunks: vec![v] }
+    }
+}
+
+impl<'a> IntoIterator for &'a Level4 {
+    type Item = &'a Entry;
+    type IntoIter = std::iter::Flatten<std::slice::Iter<'a, Vec<Entry>>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// The victims and their stages resolved against the data.
 #[derive(Debug, Clone)]
 pub struct Victims {
@@ -169,7 +208,7 @@ pub fn resolve_victims(ds: &Dataset, opts: &BlameOptions) -> Result<Victims, Met
 }
 
 /// Level-4 blame of the victims' stages.
-pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Vec<Entry>), MethodError> {
+pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Level4), MethodError> {
     let victims = resolve_victims(ds, opts)?;
     let win = window(opts);
     let entries = match opts.slots {
@@ -178,17 +217,18 @@ pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Vec<Entry>),
             // Holders need their own level 4: explain every stage, then keep the victims'.
             let all = vec![true; ds.stages.len()];
             let entries = level4(ds, &all, win, opts.attribution);
-            transitive(ds, entries, win)
+            let kept: Vec<Entry> = transitive(ds, &entries, win)
                 .into_iter()
                 .filter(|e| victims.stages[e.stage as usize])
-                .collect()
+                .collect();
+            kept.into()
         }
     };
     Ok((victims, entries))
 }
 
 /// The sweeps, both cores: one job per (host, resource), plus the slots.
-fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attribution) -> Vec<Entry> {
+fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attribution) -> Level4 {
     // Rows of tasks known only by their totals.
     let mut synth: Vec<Vec<WindowRow>> = vec![Vec::new(); ds.windows.len()];
     for (i, t) in ds.tasks.iter().enumerate() {
@@ -203,12 +243,13 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
     jobs.sort_by_key(|g| std::cmp::Reverse(ds.windows[*g].len() + synth[*g].len()));
     // usize::MAX stands for the slot sweep.
     jobs.insert(0, usize::MAX);
-
+    // Workers take jobs in order; results land in their job's slot, so the
+    // output order does not depend on thread timing.
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(jobs.len());
-    let results: Vec<Vec<Entry>> = std::thread::scope(|scope| {
+    let results: Vec<Vec<(usize, Vec<Entry>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 scope.spawn(|| {
@@ -216,12 +257,13 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
                     loop {
                         let j = next.fetch_add(1, Ordering::Relaxed);
                         let Some(&g) = jobs.get(j) else { break };
+                        let mut entries = Vec::new();
                         if g == usize::MAX {
                             let slot_rows: Vec<&[super::model::HostRow]> = (0..ds.hosts.len())
                                 .map(|h| ds.host_rows[h * N_RES + slots_idx].as_slice())
                                 .collect();
                             let cells = sweep::sweep_slots(ds, &slot_rows, victim, win, mode);
-                            push_cells(&mut out, cells, Resource::Slots, None);
+                            push_cells(&mut entries, cells, Resource::Slots, None);
                         } else {
                             let host = (g / N_RES) as u32;
                             let r = Resource::ALL[g % N_RES];
@@ -235,8 +277,9 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
                                 win,
                                 mode,
                             );
-                            push_cells(&mut out, cells, r, Some(host));
+                            push_cells(&mut entries, cells, r, Some(host));
                         }
+                        out.push((j, entries));
                     }
                     out
                 })
@@ -247,12 +290,13 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
             .map(|h| h.join().expect("sweep thread"))
             .collect()
     });
-    let mut entries: Vec<Entry> = results.into_iter().flatten().collect();
-    entries.sort_by(|a, b| {
-        (a.stage, a.resource, a.host, a.detail, a.culprit)
-            .cmp(&(b.stage, b.resource, b.host, b.detail, b.culprit))
-    });
-    entries
+    let mut by_job: Vec<(usize, Vec<Entry>)> = results.into_iter().flatten().collect();
+    by_job.sort_unstable_by_key(|(j, _)| *j);
+    // Within a job the order is that of an FxHashMap (no random seed):
+    // deterministic for the same data.
+    Level4 {
+        chunks: by_job.into_iter().map(|(_, e)| e).collect(),
+    }
 }
 
 fn push_cells(out: &mut Vec<Entry>, cells: Cells, resource: Resource, host: Option<u32>) {
@@ -273,7 +317,7 @@ fn push_cells(out: &mut Vec<Entry>, cells: Cells, resource: Resource, host: Opti
 
 /// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
 /// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`.
-fn transitive(ds: &Dataset, entries: Vec<Entry>, (from, to): (Micros, Micros)) -> Vec<Entry> {
+fn transitive(ds: &Dataset, entries: &Level4, (from, to): (Micros, Micros)) -> Vec<Entry> {
     let mut run = vec![0.0f64; ds.stages.len()];
     for t in &ds.tasks {
         if let Some((s, e)) = sweep::clip(t.launch, t.finish, from, to) {
@@ -305,7 +349,7 @@ fn transitive(ds: &Dataset, entries: Vec<Entry>, (from, to): (Micros, Micros)) -
         }
     }
     let mut out = Vec::with_capacity(entries.len());
-    for e in entries {
+    for e in entries.iter().cloned() {
         let Culprit::Stage(cs) = e.culprit else {
             out.push(e);
             continue;

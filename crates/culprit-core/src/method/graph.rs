@@ -5,7 +5,7 @@
 use petgraph::graph::{DiGraph, NodeIndex};
 use rustc_hash::FxHashMap;
 
-use super::blame::{Culprit, Entry};
+use super::blame::{Culprit, Level4};
 use super::model::Dataset;
 use crate::Resource;
 
@@ -63,7 +63,7 @@ pub struct IqcGraph {
 impl IqcGraph {
     /// Builds the graph of each victim query from its level-4 entries.
     /// Victims with no blame still get their level-0 node (BC 0, no DOR).
-    pub fn build(ds: &Dataset, victims: &[u32], entries: &[Entry]) -> IqcGraph {
+    pub fn build(ds: &Dataset, victims: &[u32], entries: &Level4) -> IqcGraph {
         let mut graph: DiGraph<Node, f64> = DiGraph::new();
         let mut index: FxHashMap<(u32, NodeKey), NodeIndex> = FxHashMap::default();
         let mut edges: FxHashMap<(NodeIndex, NodeIndex), ()> = FxHashMap::default();

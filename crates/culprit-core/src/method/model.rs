@@ -89,12 +89,21 @@ pub struct TaskInfo {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowRow {
     pub task: u32,
+    /// The task's stage, kept here so the sweep needs no look-up per row.
+    pub stage: u32,
     pub detail: u32,
     pub start: Micros,
     pub end: Micros,
     pub blocked: f64,
     pub acquired: f64,
-    pub gc: f64,
+    /// GC seconds (f32: GC time is measured in milliseconds; keeps a row at 48 bytes).
+    pub gc: f32,
+}
+
+impl WindowRow {
+    pub fn gc(&self) -> f64 {
+        self.gc as f64
+    }
 }
 
 /// One host metric row.
@@ -234,14 +243,16 @@ impl Dataset {
         let t = &mut self.tasks[task as usize];
         t.has_windows = true;
         let g = Dataset::group(t.host, resource);
+        let stage = t.stage;
         self.windows[g].push(WindowRow {
             task,
+            stage,
             detail,
             start,
             end,
             blocked,
             acquired,
-            gc,
+            gc: gc as f32,
         });
     }
 
@@ -376,6 +387,28 @@ impl Dataset {
         self.ensure_groups();
     }
 
+    /// Reserves room for `rows` window rows, spread over the groups in
+    /// proportion to each host's tasks (assuming four resources in use), so
+    /// that loading does not regrow and copy the group vectors.
+    pub fn reserve_windows(&mut self, rows: usize) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        let mut per_host = vec![0usize; self.hosts.len()];
+        for t in &self.tasks {
+            per_host[t.host as usize] += 1;
+        }
+        let per_task = rows as f64 / self.tasks.len() as f64;
+        for (h, n) in per_host.iter().enumerate() {
+            let want = (*n as f64 * per_task / 4.0 * 1.1) as usize;
+            for r in 0..N_RES {
+                if r != resource_index(Resource::Slots) && r != resource_index(Resource::Memory) {
+                    self.windows[h * N_RES + r].reserve(want);
+                }
+            }
+        }
+    }
+
     /// Adds `task_windows` rows (their tasks must have been added).
     pub fn add_task_windows(&mut self, batch: &RecordBatch) {
         let (Some(id), Some(res)) = (text(batch, "task_id"), text(batch, "resource")) else {
@@ -419,14 +452,16 @@ impl Dataset {
             let t = &mut self.tasks[task as usize];
             t.has_windows = true;
             let g = Dataset::group(t.host, r);
+            let stage = t.stage;
             self.windows[g].push(WindowRow {
                 task,
+                stage,
                 detail: d,
                 start: s,
                 end: e,
                 blocked: val(&blocked, i),
                 acquired: val(&acquired, i),
-                gc: val(&gc, i),
+                gc: val(&gc, i) as f32,
             });
         }
     }
@@ -509,12 +544,13 @@ impl Dataset {
         let x = &t.totals;
         let row = |blocked: f64, acquired: f64, gc: f64| WindowRow {
             task,
+            stage: t.stage,
             detail: 0,
             start: t.launch,
             end: t.finish,
             blocked,
             acquired,
-            gc,
+            gc: gc as f32,
         };
         let mut out = Vec::new();
         let mut push = |r: Resource, b: f64, a: f64, g: f64| {

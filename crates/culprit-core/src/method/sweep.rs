@@ -3,10 +3,15 @@
 //!
 //! Rows are turned into start/end events and sorted; between two consecutive
 //! event times every active row is uniform (section 2), so the interval is an
-//! elementary window. State is the set of rows active at once; work is linear
-//! in the rows (after sorting) and never in the number of task pairs: per
-//! window the victim rows of one stage are folded into a single factor that
-//! multiplies each consumer stage's acquired units.
+//! elementary window. In window `k` victim row `v` gives consumer row `c` the
+//! share `WT(v,k) * RA(c,k) / D(v,k)`; since `c`'s rate `A_c` is constant over
+//! its row, the sum over the windows both rows share is
+//! `A_c * (Phi_v(end) - Phi_v(start))`, where `Phi_v` integrates
+//! `rest_v / D_v` over time. So per window only the active victims' `Phi`
+//! advance (work linear in the active rows), and a pair is settled only at
+//! the start and end events of its rows, grouped by stage: state is bounded
+//! by the rows active at once, work is linear in the rows (plus sorting) and
+//! never in the number of task pairs.
 
 use rustc_hash::FxHashMap;
 
@@ -39,16 +44,66 @@ pub fn clip(s: Micros, e: Micros, from: Micros, to: Micros) -> Option<(Micros, M
     (s2 < e2).then_some((s2, e2))
 }
 
-struct Rates {
+/// One row in the sweep. Rates are per microsecond.
+struct Row {
+    /// Local id of the row's stage (as a consumer).
     stage: u32,
-    detail: u32,
-    victim: bool,
-    /// Per microsecond.
-    blocked: f64,
-    acquired: f64,
-    gc: f64,
-    /// The task's run time, seconds (for the paper's beta).
+    /// Local id of the row's (stage, detail) (as a victim).
+    key: u32,
+    /// Acquired units per microsecond (the row as a consumer).
+    a: f64,
+    /// Blocked seconds per microsecond left after GC (the row as a victim).
+    rest: f64,
+    /// The victim's run time, seconds (the paper's beta).
     run: f64,
+    victim: bool,
+    /// Integral of the row's attribution density so far.
+    phi: f64,
+    /// Seconds (window mode) or beta (paper mode) to `external` / `unknown`.
+    ext: f64,
+    unk: f64,
+    /// Paper mode: blocked seconds distributed by beta.
+    total: f64,
+}
+
+/// Adds `x` to the entry of `key` in a short list.
+#[inline]
+fn add_to<K: PartialEq + Copy>(list: &mut Vec<(K, f64)>, key: K, x: f64) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, v)) => *v += x,
+        None => list.push((key, x)),
+    }
+}
+
+/// A set of row indices with O(1) insert and remove.
+struct ActiveSet {
+    items: Vec<u32>,
+    pos: Vec<u32>,
+}
+
+impl ActiveSet {
+    fn new(n: usize) -> Self {
+        ActiveSet {
+            items: Vec::new(),
+            pos: vec![u32::MAX; n],
+        }
+    }
+    fn insert(&mut self, i: u32) {
+        self.pos[i as usize] = self.items.len() as u32;
+        self.items.push(i);
+    }
+    fn remove(&mut self, i: u32) {
+        let p = self.pos[i as usize];
+        if p == u32::MAX {
+            return;
+        }
+        let last = *self.items.last().expect("non-empty");
+        self.items.swap_remove(p as usize);
+        if (p as usize) < self.items.len() {
+            self.pos[last as usize] = p;
+        }
+        self.pos[i as usize] = u32::MAX;
+    }
 }
 
 /// Attributes the blocked time of victim rows on one (host, resource).
@@ -63,8 +118,17 @@ pub fn sweep_group(
     mode: Attribution,
 ) -> Cells {
     let (from, to) = window;
-    let mut rates: Vec<Rates> = Vec::new();
+    let mut cells = Cells::default();
+    let mut sweep: Vec<Row> = Vec::new();
     let mut events: Vec<(Micros, u32)> = Vec::new(); // (time, index << 1 | is_end)
+                                                     // Local dense ids, so that the hot loop indexes vectors instead of hashing.
+    let mut stage_ids: FxHashMap<u32, u32> = FxHashMap::default();
+    let mut stages: Vec<u32> = Vec::new(); // local -> global stage
+    let mut key_ids: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+    let mut keys: Vec<(u32, u32)> = Vec::new(); // local -> (global stage, detail)
+    let mut gc_by_key: Vec<f64> = Vec::new();
+    let mut last_task = u32::MAX;
+    let mut last_ids = (0u32, 0u32, 0u32);
     for row in rows.iter().flat_map(|r| r.iter()) {
         let len = (row.end - row.start) as f64;
         let Some((s, e)) = clip(row.start, row.end, from, to) else {
@@ -73,35 +137,79 @@ pub fn sweep_group(
         if len <= 0.0 {
             continue;
         }
-        let t = &ds.tasks[row.task as usize];
-        let i = rates.len() as u32;
-        rates.push(Rates {
-            stage: t.stage,
-            detail: row.detail,
-            victim: victim[t.stage as usize],
-            blocked: row.blocked / len,
-            acquired: row.acquired / len,
-            gc: row.gc / len,
-            run: ((t.finish - t.launch) as f64 / 1e6).max(1e-6),
+        let stage = row.stage;
+        let is_victim = victim[stage as usize];
+        if row.task != last_task || row.detail != last_ids.2 {
+            let st = *stage_ids.entry(stage).or_insert_with(|| {
+                stages.push(stage);
+                stages.len() as u32 - 1
+            });
+            let k = *key_ids.entry((stage, row.detail)).or_insert_with(|| {
+                keys.push((stage, row.detail));
+                gc_by_key.push(0.0);
+                keys.len() as u32 - 1
+            });
+            last_task = row.task;
+            last_ids = (st, k, row.detail);
+        }
+
+        let (b, a, g) = (row.blocked / len, row.acquired / len, row.gc() / len);
+        let mut rest = 0.0;
+        if is_victim {
+            let mut wt = b;
+            if resource == Resource::Cpu && g > 0.0 {
+                // A GC pause is blocked time; it goes to `gc` whole, first.
+                wt = wt.max(g);
+                gc_by_key[last_ids.1 as usize] += g * (e - s) as f64;
+                rest = wt - g;
+            } else {
+                rest = wt;
+            }
+        }
+        let victim_row = is_victim && rest > 0.0;
+        if a <= 0.0 && !victim_row {
+            continue; // neither consumer nor victim here
+        }
+        let i = sweep.len() as u32;
+        sweep.push(Row {
+            stage: last_ids.0,
+            key: last_ids.1,
+            a,
+            rest,
+            run: if mode == Attribution::Paper {
+                let t = &ds.tasks[row.task as usize];
+                ((t.finish - t.launch) as f64 / 1e6).max(1e-6)
+            } else {
+                0.0
+            },
+            victim: victim_row,
+            phi: 0.0,
+            ext: 0.0,
+            unk: 0.0,
+            total: 0.0,
         });
         events.push((s, i << 1));
         events.push((e, (i << 1) | 1));
     }
-    if !rates
-        .iter()
-        .any(|r| r.victim && (r.blocked > 0.0 || r.gc > 0.0))
-    {
-        return Cells::default();
+    for (k, &g) in gc_by_key.iter().enumerate() {
+        if g > 0.0 {
+            let (vs, d) = keys[k];
+            cells.insert((vs, d, GC), g);
+        }
     }
-    // Host rows: capacity (units/s) and measured use (units over the row).
-    let base = rates.len() as u32;
+    if !sweep.iter().any(|r| r.victim) {
+        cells.retain(|_, v| *v > EPS);
+        return cells;
+    }
+    // Host rows: capacity and measured use, as rates per microsecond.
+    let base = sweep.len() as u32;
     let mut host_rates: Vec<(Option<f64>, Option<f64>)> = Vec::new();
     for h in host_rows {
         let len = (h.end - h.start) as f64;
         let Some((s, e)) = clip(h.start, h.end, from, to) else {
             continue;
         };
-        if len <= 0.0 {
+        if len <= 0.0 || (h.capacity.is_none() && h.used.is_none()) {
             continue;
         }
         let i = base + host_rates.len() as u32;
@@ -109,173 +217,178 @@ pub fn sweep_group(
         events.push((s, i << 1));
         events.push((e, (i << 1) | 1));
     }
-    events.sort_unstable();
+    events.sort_unstable_by_key(|e| e.0);
 
-    let mut cells = Cells::default();
-    let mut beta: Cells = Cells::default();
-    let mut paper_total: FxHashMap<(u32, u32), f64> = FxHashMap::default();
-    let mut active: Vec<u32> = Vec::new();
-    let mut pos: Vec<u32> = vec![u32::MAX; rates.len() + host_rates.len()];
-    let mut active_hosts: Vec<u32> = Vec::new();
-    let mut stage_sums: Vec<(u32, f64)> = Vec::new();
-    let mut factors: Vec<((u32, u32), f64, f64)> = Vec::new();
+    // Per local victim key: (local consumer stage, share) pairs, seconds or
+    // beta in paper mode; and per key external, unknown and paper totals.
+    let mut pairs: Vec<Vec<(u32, f64)>> = vec![Vec::new(); keys.len()];
+    let mut side: Vec<[f64; 3]> = vec![[0.0; 3]; keys.len()]; // ext, unk, paper total
+    let mut active = ActiveSet::new(sweep.len());
+    let mut victims = ActiveSet::new(sweep.len());
+    let mut hosts: Vec<u32> = Vec::new();
+    let mut by_stage: Vec<(u32, f64)> = Vec::new();
+    let mut by_key: Vec<(u32, f64)> = Vec::new();
+    let mut prev = events.first().map_or(0, |e| e.0);
 
-    let mut k = 0;
-    while k < events.len() {
-        let t0 = events[k].0;
-        while k < events.len() && events[k].0 == t0 {
-            let (idx, end) = (events[k].1 >> 1, events[k].1 & 1 == 1);
-            let list = if idx < base {
-                &mut active
-            } else {
-                &mut active_hosts
-            };
+    for &(t, ev) in &events {
+        // Integrate the elementary window [prev, t).
+        if t > prev && !victims.items.is_empty() {
+            let dt = (t - prev) as f64;
+            let total: f64 = active.items.iter().map(|&i| sweep[i as usize].a).sum();
+            let (mut cap, mut used) = (None::<f64>, None::<f64>);
+            for &h in &hosts {
+                let (c, u) = host_rates[(h - base) as usize];
+                if let Some(c) = c {
+                    *cap.get_or_insert(0.0) += c;
+                }
+                if let Some(u) = u {
+                    *used.get_or_insert(0.0) += u;
+                }
+            }
+            let external = used.map_or(0.0, |u| (u - total).max(0.0));
+            let unknown = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(total)).max(0.0));
+            let scale = (total + external + unknown) * 1e-12;
+            for &v in &victims.items {
+                let r = &mut sweep[v as usize];
+                match mode {
+                    Attribution::Window => {
+                        let d = total - r.a + external + unknown;
+                        if d <= scale {
+                            r.unk += r.rest * dt; // nobody else acquired anything
+                        } else {
+                            let f = r.rest / d;
+                            r.phi += f * dt;
+                            r.ext += f * external * dt;
+                            r.unk += f * unknown * dt;
+                        }
+                    }
+                    Attribution::Paper => {
+                        if r.a <= 0.0 {
+                            // No beta where the victim acquired nothing.
+                            side[r.key as usize][1] += r.rest * dt;
+                        } else {
+                            let f = r.rest / (r.a * r.run);
+                            r.total += r.rest * dt;
+                            r.phi += f * dt;
+                            r.ext += f * external * dt;
+                            r.unk += f * unknown * dt;
+                        }
+                    }
+                }
+            }
+        }
+        prev = t;
+
+        let (x, end) = (ev >> 1, ev & 1 == 1);
+        if x >= base {
             if end {
-                let p = pos[idx as usize] as usize;
-                let last = *list.last().expect("active");
-                list.swap_remove(p);
-                if p < list.len() {
-                    pos[last as usize] = p as u32;
-                }
-                pos[idx as usize] = u32::MAX;
+                hosts.retain(|&h| h != x);
             } else {
-                pos[idx as usize] = list.len() as u32;
-                list.push(idx);
+                hosts.push(x);
             }
-            k += 1;
-        }
-        if k >= events.len() || active.is_empty() {
             continue;
         }
-        let dt = (events[k].0 - t0) as f64;
-        if !active.iter().any(|&i| rates[i as usize].victim) {
-            continue;
-        }
-
-        // Consumers in this window.
-        stage_sums.clear();
-        let mut total = 0.0;
-        for &i in &active {
-            let r = &rates[i as usize];
-            let a = r.acquired * dt;
-            total += a;
-            match stage_sums.iter_mut().find(|(s, _)| *s == r.stage) {
-                Some((_, x)) => *x += a,
-                None => stage_sums.push((r.stage, a)),
-            }
-        }
-        let (mut cap, mut used) = (None::<f64>, None::<f64>);
-        for &i in &active_hosts {
-            let (c, u) = host_rates[(i - base) as usize];
-            if let Some(c) = c {
-                *cap.get_or_insert(0.0) += c * dt;
-            }
-            if let Some(u) = u {
-                *used.get_or_insert(0.0) += u * dt;
-            }
-        }
-        let external = used.map_or(0.0, |u| (u - total).max(0.0));
-        let unknown = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(total)).max(0.0));
-
-        factors.clear();
-        for &i in &active {
-            let r = &rates[i as usize];
-            if !r.victim {
-                continue;
-            }
-            let mut wt = r.blocked * dt;
-            let g = r.gc * dt;
-            let mut gc_part = 0.0;
-            if resource == Resource::Cpu && g > 0.0 {
-                // A GC pause is blocked time; it goes to `gc` whole, first.
-                wt = wt.max(g);
-                gc_part = g;
-                *cells.entry((r.stage, r.detail, GC)).or_insert(0.0) += g;
-            }
-            let rest = wt - gc_part;
-            if rest <= 0.0 {
-                continue;
-            }
-            let a = r.acquired * dt;
-            let key = (r.stage, r.detail);
-            match mode {
-                Attribution::Window => {
-                    let d = total - a + external + unknown;
-                    if d <= EPS {
-                        *cells.entry((r.stage, r.detail, UNKNOWN)).or_insert(0.0) += rest;
-                        continue;
-                    }
-                    let f = rest / d;
-                    match factors.iter_mut().find(|(k, _, _)| *k == key) {
-                        Some((_, x, c)) => {
-                            *x += f;
-                            *c -= f * a;
-                        }
-                        None => factors.push((key, f, -f * a)),
-                    }
-                    if external > 0.0 {
-                        *cells.entry((r.stage, r.detail, EXTERNAL)).or_insert(0.0) += f * external;
-                    }
-                    if unknown > 0.0 {
-                        *cells.entry((r.stage, r.detail, UNKNOWN)).or_insert(0.0) += f * unknown;
+        let xr = &sweep[x as usize];
+        let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
+        if end {
+            if xvictim {
+                // x as victim: settle against the consumers still active.
+                by_stage.clear();
+                for &c in &active.items {
+                    let cr = &sweep[c as usize];
+                    if c != x && cr.a > 0.0 {
+                        add_to(&mut by_stage, cr.stage, cr.a);
                     }
                 }
-                Attribution::Paper => {
-                    if a <= EPS {
-                        // No beta where the victim acquired nothing.
-                        *cells.entry((r.stage, r.detail, UNKNOWN)).or_insert(0.0) += rest;
-                        continue;
+                let r = &sweep[x as usize];
+                let list = &mut pairs[xkey as usize];
+                for &(cs, a) in &by_stage {
+                    add_to(list, cs, a * r.phi);
+                }
+                let sd = &mut side[xkey as usize];
+                if mode == Attribution::Window {
+                    // Seconds: external and unknown straight to the key.
+                    sd[0] += r.ext;
+                    sd[1] += r.unk;
+                } else {
+                    // Beta of external and unknown, kept as pseudo-stages.
+                    add_to(list, LOCAL_EXTERNAL, r.ext);
+                    add_to(list, LOCAL_UNKNOWN, r.unk);
+                    sd[2] += r.total;
+                }
+                victims.remove(x);
+            }
+            if xa > 0.0 {
+                // x as consumer: settle against the victims still active.
+                by_key.clear();
+                for &v in &victims.items {
+                    if v != x {
+                        let r = &sweep[v as usize];
+                        add_to(&mut by_key, r.key, r.phi);
                     }
-                    *paper_total.entry(key).or_insert(0.0) += rest;
-                    let h = rest / (a * r.run);
-                    match factors.iter_mut().find(|(k, _, _)| *k == key) {
-                        Some((_, x, c)) => {
-                            *x += h;
-                            *c -= h * a;
-                        }
-                        None => factors.push((key, h, -h * a)),
-                    }
-                    if external > 0.0 {
-                        *beta.entry((r.stage, r.detail, EXTERNAL)).or_insert(0.0) += h * external;
-                    }
-                    if unknown > 0.0 {
-                        *beta.entry((r.stage, r.detail, UNKNOWN)).or_insert(0.0) += h * unknown;
-                    }
+                }
+                for &(k, phi) in &by_key {
+                    add_to(&mut pairs[k as usize], xstage, xa * phi);
                 }
             }
-        }
-        let target = match mode {
-            Attribution::Window => &mut cells,
-            Attribution::Paper => &mut beta,
-        };
-        for &((vs, detail), f, corr) in &factors {
-            for &(cs, a) in &stage_sums {
-                let mut v = f * a;
-                if cs == vs {
-                    v += corr;
+            active.remove(x);
+        } else {
+            if xa > 0.0 {
+                by_key.clear();
+                for &v in &victims.items {
+                    let r = &sweep[v as usize];
+                    if r.phi != 0.0 {
+                        add_to(&mut by_key, r.key, r.phi);
+                    }
                 }
-                if v > EPS * f.max(1.0) {
-                    *target.entry((vs, detail, cs)).or_insert(0.0) += v;
+                for &(k, phi) in &by_key {
+                    add_to(&mut pairs[k as usize], xstage, -xa * phi);
                 }
+            }
+            active.insert(x);
+            if xvictim {
+                victims.insert(x);
             }
         }
     }
 
-    if mode == Attribution::Paper {
-        // BC4 = BC3 * beta_cs / sum beta, per level-3 node.
-        let mut sums: FxHashMap<(u32, u32), f64> = FxHashMap::default();
-        for (&(vs, d, _), &b) in &beta {
-            *sums.entry((vs, d)).or_insert(0.0) += b;
-        }
-        for (&(vs, d, c), &b) in &beta {
-            let s = sums[&(vs, d)];
-            if s > 0.0 {
-                *cells.entry((vs, d, c)).or_insert(0.0) += paper_total[&(vs, d)] * b / s;
+    let global = |c: u32| match c {
+        LOCAL_EXTERNAL => EXTERNAL,
+        LOCAL_UNKNOWN => UNKNOWN,
+        c => stages[c as usize],
+    };
+    for (k, list) in pairs.iter().enumerate() {
+        let (vs, d) = keys[k];
+        let [ext, unk, total] = side[k];
+        match mode {
+            Attribution::Window => {
+                for &(c, x) in list {
+                    *cells.entry((vs, d, global(c))).or_insert(0.0) += x;
+                }
+                if ext > 0.0 {
+                    *cells.entry((vs, d, EXTERNAL)).or_insert(0.0) += ext;
+                }
+                if unk > 0.0 {
+                    *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
+                }
             }
-        }
-        for (&(vs, d), &bc3) in &paper_total {
-            if sums.get(&(vs, d)).is_none_or(|s| *s <= 0.0) {
-                *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += bc3;
+            Attribution::Paper => {
+                // BC4 = BC3 * beta_cs / sum beta, per level-3 node; blocked
+                // time where the victim acquired nothing (no beta) is unknown.
+                if unk > 0.0 {
+                    *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
+                }
+                let sum: f64 = list.iter().map(|(_, b)| b.max(0.0)).sum();
+                if total <= 0.0 {
+                    continue;
+                }
+                if sum > 0.0 {
+                    for &(c, b) in list.iter().filter(|(_, b)| *b > 0.0) {
+                        *cells.entry((vs, d, global(c))).or_insert(0.0) += total * b / sum;
+                    }
+                } else {
+                    *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += total;
+                }
             }
         }
     }
@@ -283,9 +396,17 @@ pub fn sweep_group(
     cells
 }
 
+/// Local ids of `external` and `unknown` among a group's consumer stages.
+const LOCAL_EXTERNAL: u32 = u32::MAX;
+const LOCAL_UNKNOWN: u32 = u32::MAX - 1;
+
 /// The cluster-wide slot sweep: a task's wait from `ready_time` to
 /// `launch_time` is split over the stages holding slots by slot-seconds held;
 /// free capacity (when `slots` host rows give it) goes to `unknown`.
+///
+/// All waiting tasks share one density `1 / (held + free)`, so its integral
+/// `Phi` is global and a (waiting stage, holding stage) pair is settled only
+/// when either stage's count changes: work is linear in the tasks.
 pub fn sweep_slots(
     ds: &Dataset,
     slot_rows: &[&[HostRow]],
@@ -294,24 +415,22 @@ pub fn sweep_slots(
     mode: Attribution,
 ) -> Cells {
     let (from, to) = window;
-    // Events: (time, kind, stage or row): kind 0 hold, 1 wait, 2 capacity; +1/-1.
-    let mut events: Vec<(Micros, i8, u8, u32)> = Vec::new();
-    let mut any_wait = false;
+    // (time, kind: 0 hold, 1 wait, 2 capacity, delta, stage or capacity row)
+    let mut events: Vec<(Micros, u8, i8, u32)> = Vec::new();
     for t in &ds.tasks {
         if let Some((s, e)) = clip(t.launch, t.finish, from, to) {
-            events.push((s, 1, 0, t.stage));
-            events.push((e, -1, 0, t.stage));
+            events.push((s, 0, 1, t.stage));
+            events.push((e, 0, -1, t.stage));
         }
         if let Some(ready) = t.ready.filter(|_| victim[t.stage as usize]) {
             if let Some((s, e)) = clip(ready, t.launch, from, to) {
-                any_wait = true;
                 events.push((s, 1, 1, t.stage));
-                events.push((e, -1, 1, t.stage));
+                events.push((e, 1, -1, t.stage));
             }
         }
     }
     let mut cells = Cells::default();
-    if !any_wait {
+    if !events.iter().any(|e| e.1 == 1) {
         return cells;
     }
     let caps: Vec<f64> = slot_rows
@@ -319,63 +438,94 @@ pub fn sweep_slots(
         .flat_map(|r| r.iter())
         .map(|h| h.capacity.unwrap_or(0.0))
         .collect();
+    let mut cap_rows = 0i64;
     for (i, h) in slot_rows.iter().flat_map(|r| r.iter()).enumerate() {
         if let (Some((s, e)), Some(_)) = (clip(h.start, h.end, from, to), h.capacity) {
-            events.push((s, 1, 2, i as u32));
-            events.push((e, -1, 2, i as u32));
+            events.push((s, 2, 1, i as u32));
+            events.push((e, 2, -1, i as u32));
         }
     }
-    events.sort_unstable_by_key(|e| (e.0, e.1));
+    // Only the time orders events: within one instant nothing is integrated.
+    events.sort_unstable_by_key(|e| e.0);
 
-    let mut held: FxHashMap<u32, i64> = FxHashMap::default();
-    let mut waiting: FxHashMap<u32, i64> = FxHashMap::default();
-    let mut capacity = 0.0f64;
-    let mut cap_rows = 0i64;
-    let mut k = 0;
-    while k < events.len() {
-        let t0 = events[k].0;
-        while k < events.len() && events[k].0 == t0 {
-            let (_, d, kind, id) = events[k];
-            match kind {
-                0 | 1 => {
-                    let m = if kind == 0 { &mut held } else { &mut waiting };
-                    let c = m.entry(id).or_insert(0);
-                    *c += d as i64;
-                    if *c == 0 {
-                        m.remove(&id);
+    let n_st = ds.stages.len();
+    let mut held = vec![0i64; n_st];
+    let mut wait = vec![0i64; n_st];
+    let mut last_h = vec![0.0f64; n_st]; // Phi at the last change of held[s]
+    let mut last_w = vec![0.0f64; n_st]; // Phi at the last change of wait[s]
+    let mut last_u = vec![0.0f64; n_st]; // Psi at the last change of wait[s]
+    let mut holders: Vec<u32> = Vec::new();
+    let mut waiters: Vec<u32> = Vec::new();
+    let (mut total_held, mut capacity) = (0i64, 0.0f64);
+    let (mut phi, mut psi) = (0.0f64, 0.0f64);
+    let mut prev = events.first().map_or(0, |e| e.0);
+
+    for &(t, kind, delta, id) in &events {
+        if t > prev {
+            let dt = (t - prev) as f64 / 1e6;
+            let free = if cap_rows > 0 {
+                (capacity - total_held as f64).max(0.0)
+            } else {
+                0.0
+            };
+            let d = total_held as f64 + free;
+            if mode == Attribution::Paper || d <= EPS {
+                psi += dt;
+            } else {
+                phi += dt / d;
+                psi += dt * free / d;
+            }
+            prev = t;
+        }
+        match kind {
+            0 => {
+                let cs = id as usize;
+                for &vs in &waiters {
+                    let vs = vs as usize;
+                    let since = last_w[vs].max(last_h[cs]);
+                    let x = (wait[vs] * held[cs]) as f64 * (phi - since);
+                    if x != 0.0 {
+                        *cells.entry((vs as u32, 0, id)).or_insert(0.0) += x;
                     }
                 }
-                _ => {
-                    capacity += d as f64 * caps[id as usize];
-                    cap_rows += d as i64;
+                if held[cs] == 0 {
+                    holders.push(id);
+                }
+                held[cs] += delta as i64;
+                total_held += delta as i64;
+                last_h[cs] = phi;
+                if held[cs] == 0 {
+                    holders.retain(|&s| s != id);
                 }
             }
-            k += 1;
-        }
-        if k >= events.len() || waiting.is_empty() {
-            continue;
-        }
-        let dt = (events[k].0 - t0) as f64 / 1e6;
-        let total_held: i64 = held.values().sum();
-        let held_s = total_held as f64 * dt;
-        let unknown = if cap_rows > 0 {
-            ((capacity - total_held as f64) * dt).max(0.0)
-        } else {
-            0.0
-        };
-        for (&vs, &w) in &waiting {
-            let r = w as f64 * dt;
-            let d = held_s + unknown;
-            if mode == Attribution::Paper || d <= EPS {
-                *cells.entry((vs, 0, UNKNOWN)).or_insert(0.0) += r;
-                continue;
+            1 => {
+                let vs = id as usize;
+                if wait[vs] > 0 {
+                    for &cs in &holders {
+                        let c = cs as usize;
+                        let since = last_w[vs].max(last_h[c]);
+                        let x = (wait[vs] * held[c]) as f64 * (phi - since);
+                        if x != 0.0 {
+                            *cells.entry((id, 0, cs)).or_insert(0.0) += x;
+                        }
+                    }
+                    let u = wait[vs] as f64 * (psi - last_u[vs]);
+                    if u != 0.0 {
+                        *cells.entry((id, 0, UNKNOWN)).or_insert(0.0) += u;
+                    }
+                } else {
+                    waiters.push(id);
+                }
+                wait[vs] += delta as i64;
+                last_w[vs] = phi;
+                last_u[vs] = psi;
+                if wait[vs] == 0 {
+                    waiters.retain(|&s| s != id);
+                }
             }
-            let f = r / d;
-            for (&cs, &n) in &held {
-                *cells.entry((vs, 0, cs)).or_insert(0.0) += f * n as f64 * dt;
-            }
-            if unknown > 0.0 {
-                *cells.entry((vs, 0, UNKNOWN)).or_insert(0.0) += f * unknown;
+            _ => {
+                capacity += delta as f64 * caps[id as usize];
+                cap_rows += delta as i64;
             }
         }
     }

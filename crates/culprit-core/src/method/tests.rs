@@ -23,7 +23,10 @@ fn all_stages(victims: &[&str]) -> BlameOptions {
 }
 
 /// Seconds per culprit query name (`gc`, `external`, `unknown` by kind).
-fn by_culprit(ds: &Dataset, entries: &[Entry]) -> FxHashMap<String, f64> {
+fn by_culprit<'a>(
+    ds: &Dataset,
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> FxHashMap<String, f64> {
     let mut out = FxHashMap::default();
     for e in entries {
         let k = match e.culprit {
@@ -171,6 +174,7 @@ fn gc_external_unknown_self() {
     let v = ds3.add_task("v", "V", "0", "h", 0, S, None, Totals::default());
     ds3.add_window(v, Resource::DiskRead, "", 0, S, 0.5, 10.0, 0.0);
     let (_, entries) = blame(&ds3, &all_stages(&["V"])).unwrap();
+    let entries = entries.to_vec();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].culprit, Culprit::Unknown);
     assert!(close(entries[0].seconds, 0.5));
@@ -381,7 +385,7 @@ fn blocked_seconds(ds: &Dataset, victims: &Victims) -> f64 {
                 continue;
             }
             total += if g % model::N_RES == 0 {
-                r.blocked.max(r.gc)
+                r.blocked.max(r.gc())
             } else {
                 r.blocked
             };
@@ -410,7 +414,7 @@ fn key(ds: &Dataset, e: &Entry) -> String {
     )
 }
 
-fn summed(ds: &Dataset, entries: &[Entry]) -> FxHashMap<String, f64> {
+fn summed(ds: &Dataset, entries: &Level4) -> FxHashMap<String, f64> {
     let mut m = FxHashMap::default();
     for e in entries {
         *m.entry(key(ds, e)).or_insert(0.0) += e.seconds;
@@ -476,9 +480,8 @@ proptest! {
         let less = build(&kept, false, true);
         if less.queries.get("q0").is_none() { return Ok(()); }
         let (_, after) = blame(&less, &opts).unwrap();
-        let non_slot = |ds: &Dataset, es: &[Entry]| -> FxHashMap<String, f64> {
-            let v: Vec<Entry> = es.iter().filter(|e| e.resource != Resource::Slots).cloned().collect();
-            by_culprit(ds, &v)
+        let non_slot = |ds: &Dataset, es: &Level4| -> FxHashMap<String, f64> {
+            by_culprit(ds, es.iter().filter(|e| e.resource != Resource::Slots))
         };
         let (b, a) = (non_slot(&full, &before), non_slot(&less, &after));
         for (k, v) in &a {

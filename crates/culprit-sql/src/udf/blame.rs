@@ -4,9 +4,14 @@
 use std::sync::Arc;
 
 use culprit_core::method::{
-    self, overlap, BlameOptions, Culprit, Dataset, Entry, IqcGraph, NodeKey, Victims,
+    self, overlap, BlameOptions, Culprit, Dataset, IqcGraph, Level4, NodeKey, Victims,
 };
-use datafusion::arrow::array::RecordBatch;
+use culprit_core::Resource;
+use datafusion::arrow::array::{
+    ArrayRef, DictionaryArray, Float64Array, Int32Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::Result;
 use rustc_hash::FxHashMap;
@@ -65,31 +70,42 @@ impl TableFunctionImpl for BlameFn {
             compute: Arc::new(move |ds: &Dataset| {
                 let (victims, entries) =
                     method::blame(ds, &opts).map_err(|e| method_err(name, e))?;
-                match kind {
+                let t1 = std::time::Instant::now();
+                let r = match kind {
                     Kind::Blame => blame_batch(ds, &victims, &entries),
                     Kind::Culprits => culprits_batch(ds, &victims, &entries, &opts),
                     Kind::Nodes => nodes_batch(ds, &victims, &entries),
                     Kind::Edges => edges_batch(ds, &victims, &entries),
-                }
+                };
+                log::info!(
+                    "{name}: result built in {:.2} s",
+                    t1.elapsed().as_secs_f64()
+                );
+                r
             }),
         }))
     }
 }
 
-pub fn blame_schema() -> datafusion::arrow::datatypes::SchemaRef {
-    schema(&[
-        ("victim_query", Ty::Text),
-        ("victim_stage", Ty::Text),
-        ("resource", Ty::Text),
-        ("detail", Ty::Text),
-        ("host", Ty::Text),
-        ("culprit_kind", Ty::Text),
-        ("culprit_query", Ty::Text),
-        ("culprit_stage", Ty::Text),
-        ("via_stage", Ty::Text),
-        ("blame_seconds", Ty::Float),
-        ("dor", Ty::Float),
-    ])
+/// Text columns of `blame` are dictionary-encoded: its result can have as
+/// many rows as the window rows, and names repeat.
+pub fn blame_schema() -> SchemaRef {
+    let dict = || DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let text = [
+        "victim_query",
+        "victim_stage",
+        "resource",
+        "detail",
+        "host",
+        "culprit_kind",
+        "culprit_query",
+        "culprit_stage",
+        "via_stage",
+    ];
+    let mut fields: Vec<Field> = text.iter().map(|n| Field::new(*n, dict(), true)).collect();
+    fields.push(Field::new("blame_seconds", DataType::Float64, true));
+    fields.push(Field::new("dor", DataType::Float64, true));
+    Arc::new(Schema::new(fields))
 }
 
 /// `query`, `self`, `gc`, `external` or `unknown`.
@@ -104,7 +120,7 @@ pub fn culprit_kind(ds: &Dataset, victim_query: u32, c: Culprit) -> &'static str
 }
 
 /// BC0 per victim query.
-pub fn bc0(ds: &Dataset, entries: &[Entry]) -> FxHashMap<u32, f64> {
+pub fn bc0(ds: &Dataset, entries: &Level4) -> FxHashMap<u32, f64> {
     let mut m = FxHashMap::default();
     for e in entries {
         *m.entry(ds.stage_query(e.stage)).or_insert(0.0) += e.seconds;
@@ -120,40 +136,103 @@ fn host(ds: &Dataset, h: Option<u32>) -> &str {
     h.map_or("*", |h| ds.hosts.name(h))
 }
 
-fn blame_batch(ds: &Dataset, _victims: &Victims, entries: &[Entry]) -> Result<RecordBatch> {
-    let total = bc0(ds, entries);
-    let mut order: Vec<&Entry> = entries.iter().collect();
-    order.sort_by(|a, b| {
-        ds.stage_query_name(a.stage)
-            .cmp(ds.stage_query_name(b.stage))
-            .then(b.seconds.total_cmp(&a.seconds))
-    });
-    let mut out = Out::new(blame_schema(), entries.len());
-    for e in order {
-        let vq = ds.stage_query(e.stage);
-        let (cq, cs) = match e.culprit {
-            Culprit::Stage(s) => (Some(ds.stage_query_name(s)), Some(ds.stage_name(s))),
-            _ => (None, None),
-        };
-        let t = total[&vq];
-        out.row(vec![
-            V::S(Some(ds.queries.name(vq))),
-            V::S(Some(ds.stage_name(e.stage))),
-            V::S(Some(e.resource.name())),
-            V::S(detail(ds, e.detail)),
-            V::S(Some(host(ds, e.host))),
-            V::S(Some(culprit_kind(ds, vq, e.culprit))),
-            V::S(cq),
-            V::S(cs),
-            V::S(e.via.map(|v| ds.stage_name(v))),
-            V::F(Some(e.seconds)),
-            V::F((t > 0.0).then(|| e.seconds / t)),
-        ]);
-    }
-    out.finish()
+const KINDS: [&str; 5] = ["query", "self", "gc", "external", "unknown"];
+
+/// Keys into a dictionary of names; `NULL_KEY` marks a NULL.
+const NULL_KEY: i32 = -1;
+
+fn dict(keys: Vec<i32>, values: Vec<&str>) -> Result<ArrayRef> {
+    let nulls: Option<NullBuffer> = keys
+        .contains(&NULL_KEY)
+        .then(|| keys.iter().map(|k| *k != NULL_KEY).collect());
+    let keys: Vec<i32> = if nulls.is_some() {
+        keys.into_iter().map(|k| k.max(0)).collect()
+    } else {
+        keys
+    };
+    let keys = Int32Array::new(keys.into(), nulls);
+    let values: ArrayRef = Arc::new(StringArray::from(values));
+    Ok(Arc::new(DictionaryArray::<Int32Type>::try_new(
+        keys, values,
+    )?))
 }
 
-pub fn culprits_schema() -> datafusion::arrow::datatypes::SchemaRef {
+/// Level 4, one row per explanation, in the order of the sweep (use ORDER BY).
+fn blame_batch(ds: &Dataset, _victims: &Victims, entries: &Level4) -> Result<RecordBatch> {
+    let mut total = vec![0.0f64; ds.queries.len()];
+    for e in entries {
+        total[ds.stage_query(e.stage) as usize] += e.seconds;
+    }
+    let n = entries.len();
+    let keys = || Vec::<i32>::with_capacity(n);
+    let (mut vq, mut vs, mut res, mut det, mut host) = (keys(), keys(), keys(), keys(), keys());
+    let (mut kind, mut cq, mut cs, mut via) = (keys(), keys(), keys(), keys());
+    let (mut secs, mut dor) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut dor_valid = Vec::with_capacity(n);
+    let star = ds.hosts.len() as i32;
+    for e in entries {
+        let q = ds.stage_query(e.stage);
+        vq.push(q as i32);
+        vs.push(e.stage as i32);
+        res.push(culprit_core::method::model::resource_index(e.resource) as i32);
+        det.push(if e.detail == 0 {
+            NULL_KEY
+        } else {
+            e.detail as i32
+        });
+        host.push(e.host.map_or(star, |h| h as i32));
+        let (k, c_query, c_stage) = match e.culprit {
+            Culprit::Stage(s) => {
+                let sq = ds.stage_query(s);
+                (if sq == q { 1 } else { 0 }, sq as i32, s as i32)
+            }
+            Culprit::Gc => (2, NULL_KEY, NULL_KEY),
+            Culprit::External => (3, NULL_KEY, NULL_KEY),
+            Culprit::Unknown => (4, NULL_KEY, NULL_KEY),
+        };
+        kind.push(k);
+        cq.push(c_query);
+        cs.push(c_stage);
+        via.push(e.via.map_or(NULL_KEY, |v| v as i32));
+        secs.push(e.seconds);
+        let t = total[q as usize];
+        dor.push(if t > 0.0 { e.seconds / t } else { 0.0 });
+        dor_valid.push(t > 0.0);
+    }
+    let queries: Vec<&str> = (0..ds.queries.len() as u32)
+        .map(|q| ds.queries.name(q))
+        .collect();
+    let stages: Vec<&str> = (0..ds.stages.len() as u32)
+        .map(|s| ds.stage_name(s))
+        .collect();
+    let mut hosts: Vec<&str> = (0..ds.hosts.len() as u32)
+        .map(|h| ds.hosts.name(h))
+        .collect();
+    hosts.push("*");
+    let details: Vec<&str> = (0..ds.details.len() as u32)
+        .map(|d| ds.details.name(d))
+        .collect();
+    let resources: Vec<&str> = Resource::ALL.iter().map(|r| r.name()).collect();
+    let dor_nulls = dor_valid
+        .contains(&false)
+        .then(|| NullBuffer::from(dor_valid));
+    let columns: Vec<ArrayRef> = vec![
+        dict(vq, queries.clone())?,
+        dict(vs, stages.clone())?,
+        dict(res, resources)?,
+        dict(det, details)?,
+        dict(host, hosts)?,
+        dict(kind, KINDS.to_vec())?,
+        dict(cq, queries)?,
+        dict(cs, stages.clone())?,
+        dict(via, stages)?,
+        Arc::new(Float64Array::from(secs)),
+        Arc::new(Float64Array::new(dor.into(), dor_nulls)),
+    ];
+    Ok(RecordBatch::try_new(blame_schema(), columns)?)
+}
+
+pub fn culprits_schema() -> SchemaRef {
     schema(&[
         ("victim_query", Ty::Text),
         ("culprit_kind", Ty::Text),
@@ -170,7 +249,7 @@ pub fn culprits_schema() -> datafusion::arrow::datatypes::SchemaRef {
 fn culprits_batch(
     ds: &Dataset,
     victims: &Victims,
-    entries: &[Entry],
+    entries: &Level4,
     opts: &BlameOptions,
 ) -> Result<RecordBatch> {
     let win = method::blame::window(opts);
@@ -231,7 +310,7 @@ fn culprits_batch(
     out.finish()
 }
 
-pub fn nodes_schema() -> datafusion::arrow::datatypes::SchemaRef {
+pub fn nodes_schema() -> SchemaRef {
     schema(&[
         ("victim_query", Ty::Text),
         ("node_id", Ty::Int),
@@ -250,7 +329,7 @@ pub fn nodes_schema() -> datafusion::arrow::datatypes::SchemaRef {
     ])
 }
 
-fn nodes_batch(ds: &Dataset, victims: &Victims, entries: &[Entry]) -> Result<RecordBatch> {
+fn nodes_batch(ds: &Dataset, victims: &Victims, entries: &Level4) -> Result<RecordBatch> {
     let g = IqcGraph::build(ds, &victims.queries, entries);
     let mut out = Out::new(nodes_schema(), g.graph.node_count());
     for ix in g.graph.node_indices() {
@@ -376,7 +455,7 @@ fn nodes_batch(ds: &Dataset, victims: &Victims, entries: &[Entry]) -> Result<Rec
     out.finish()
 }
 
-pub fn edges_schema() -> datafusion::arrow::datatypes::SchemaRef {
+pub fn edges_schema() -> SchemaRef {
     schema(&[
         ("victim_query", Ty::Text),
         ("src", Ty::Int),
@@ -387,7 +466,7 @@ pub fn edges_schema() -> datafusion::arrow::datatypes::SchemaRef {
     ])
 }
 
-fn edges_batch(ds: &Dataset, victims: &Victims, entries: &[Entry]) -> Result<RecordBatch> {
+fn edges_batch(ds: &Dataset, victims: &Victims, entries: &Level4) -> Result<RecordBatch> {
     let g = IqcGraph::build(ds, &victims.queries, entries);
     let mut out = Out::new(edges_schema(), g.graph.edge_count());
     for e in g.graph.edge_indices() {

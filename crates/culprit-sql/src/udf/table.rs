@@ -51,9 +51,16 @@ impl TableProvider for ComputedTable {
         let ds = self.engine.dataset().await?;
         let compute = self.compute.clone();
         // The method is CPU work: keep it off the async workers.
+        let started = std::time::Instant::now();
         let batch = tokio::task::spawn_blocking(move || compute(&ds))
             .await
             .map_err(|e| DataFusionError::Execution(format!("culprit: {}: {e}", self.name)))??;
+        log::info!(
+            "{}(): {} rows in {:.2} s",
+            self.name,
+            batch.num_rows(),
+            started.elapsed().as_secs_f64()
+        );
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
             self.schema.clone(),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use culprit_core::method::{self, Culprit, Dataset, Entry, Victims};
+use culprit_core::method::{self, Culprit, Dataset, Level4, Victims};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
@@ -107,7 +107,7 @@ fn compute(
     kind: Kind,
     ds: &Dataset,
     victims: &Victims,
-    entries: &[Entry],
+    entries: &Level4,
     opts: &method::BlameOptions,
 ) -> Result<RecordBatch> {
     let mut out = Out::new(UseCaseFn::schema(kind), 16);
