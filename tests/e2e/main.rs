@@ -4,5 +4,6 @@
 mod common;
 mod faults;
 mod ingest;
+mod s3;
 mod server;
 mod slt;
