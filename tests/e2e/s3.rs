@@ -51,13 +51,18 @@ fn start() -> S3Server {
     server
 }
 
-fn with_s3_env(cmd: &mut Command, port: u16) -> &mut Command {
-    cmd.env("AWS_ACCESS_KEY_ID", "test")
+/// Runs `culprit` with the S3 server's credentials and endpoint.
+fn culprit_s3(port: u16, args: &[&str]) -> std::process::Output {
+    culprit()
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
         .env("AWS_ALLOW_HTTP", "true")
         .env_remove("CULPRIT_STORE")
+        .output()
+        .expect("run culprit")
 }
 
 #[test]
@@ -77,15 +82,15 @@ fn store_and_inputs_on_s3() {
     generate(&data, "csv");
 
     // A local folder into an S3 store.
-    let out = with_s3_env(&mut culprit(), s3.port)
-        .args([
+    let out = culprit_s3(
+        s3.port,
+        &[
             "ingest",
             "--store",
             "s3://culprit/stores/a",
             data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -110,15 +115,15 @@ fn store_and_inputs_on_s3() {
         let _ = s.read_to_string(&mut resp);
         assert!(resp.starts_with("HTTP/1.1 200"), "upload {name}: {resp}");
     }
-    let out = with_s3_env(&mut culprit(), s3.port)
-        .args([
+    let out = culprit_s3(
+        s3.port,
+        &[
             "ingest",
             "--store",
             "s3://culprit/stores/b",
             "s3://culprit/inputs/",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -127,17 +132,17 @@ fn store_and_inputs_on_s3() {
 
     let expected = culprit_sim::simulate(&culprit_sim::SimConfig::default());
     for store in ["s3://culprit/stores/a", "s3://culprit/stores/b"] {
-        let out = with_s3_env(&mut culprit(), s3.port)
-            .args([
+        let out = culprit_s3(
+            s3.port,
+            &[
                 "sql",
                 "--store",
                 store,
                 "--format",
                 "csv",
                 "SELECT count(*) AS n FROM tasks",
-            ])
-            .output()
-            .unwrap();
+            ],
+        );
         assert!(
             out.status.success(),
             "{}",
@@ -149,17 +154,14 @@ fn store_and_inputs_on_s3() {
             "{store}"
         );
         // The blame engine reads the store over S3 too.
-        let out = with_s3_env(&mut culprit(), s3.port)
-            .args([
+        let out = culprit_s3(s3.port, &[
                 "sql",
                 "--store",
                 store,
                 "--format",
                 "csv",
                 "SELECT culprit_query FROM culprits('q-victim') ORDER BY blame_seconds DESC LIMIT 1",
-            ])
-            .output()
-            .unwrap();
+            ]);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "culprit_query\nq-culprit\n"
@@ -167,15 +169,15 @@ fn store_and_inputs_on_s3() {
     }
 
     // Re-ingesting into the S3 store adds nothing.
-    let out = with_s3_env(&mut culprit(), s3.port)
-        .args([
+    let out = culprit_s3(
+        s3.port,
+        &[
             "ingest",
             "--store",
             "s3://culprit/stores/a",
             data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("5 files already ingested"), "{err}");
 }
