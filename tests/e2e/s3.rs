@@ -131,39 +131,30 @@ fn store_and_inputs_on_s3() {
     );
 
     let expected = culprit_sim::simulate(&culprit_sim::SimConfig::default());
-    for store in ["s3://culprit/stores/a", "s3://culprit/stores/b"] {
+    let sql_csv = |store: &str, query: &str| -> String {
         let out = culprit_s3(
             s3.port,
-            &[
-                "sql",
-                "--store",
-                store,
-                "--format",
-                "csv",
-                "SELECT count(*) AS n FROM tasks",
-            ],
+            &["sql", "--store", store, "--format", "csv", query],
         );
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    for store in ["s3://culprit/stores/a", "s3://culprit/stores/b"] {
         assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
+            sql_csv(store, "SELECT count(*) AS n FROM tasks"),
             format!("n\n{}\n", expected.tasks.num_rows()),
             "{store}"
         );
         // The blame engine reads the store over S3 too.
-        let out = culprit_s3(s3.port, &[
-                "sql",
-                "--store",
-                store,
-                "--format",
-                "csv",
-                "SELECT culprit_query FROM culprits('q-victim') ORDER BY blame_seconds DESC LIMIT 1",
-            ]);
         assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
+            sql_csv(
+                store,
+                "SELECT culprit_query FROM culprits('q-victim') ORDER BY blame_seconds DESC LIMIT 1"
+            ),
             "culprit_query\nq-culprit\n"
         );
     }
