@@ -29,18 +29,6 @@ enum Loc {
 }
 
 impl SourceFile {
-    /// A local file, named by its path.
-    pub fn local(path: impl Into<PathBuf>) -> std::io::Result<SourceFile> {
-        let path = path.into();
-        let size = std::fs::metadata(&path)?.len();
-        Ok(SourceFile {
-            name: path.display().to_string(),
-            size,
-            explicit: true,
-            loc: Loc::Local(path),
-        })
-    }
-
     /// Reads the whole file.
     pub async fn read(&self) -> Result<Bytes> {
         match &self.loc {
@@ -56,14 +44,6 @@ impl SourceFile {
                     .await
                     .map_err(|e| source_err(&self.name, format!("cannot read: {e}")))
             }
-        }
-    }
-
-    /// The local path, if the file is local.
-    pub fn local_path(&self) -> Option<&FsPath> {
-        match &self.loc {
-            Loc::Local(p) => Some(p),
-            Loc::Object(..) => None,
         }
     }
 }

@@ -17,20 +17,6 @@ use datafusion::prelude::SessionContext;
 use crate::engine::Engine;
 pub use ratp::MethodScalar;
 
-/// The names of the table functions.
-pub const TABLE_FUNCTIONS: &[&str] = &[
-    "blame",
-    "culprits",
-    "iqc_nodes",
-    "iqc_edges",
-    "hot_resources",
-    "slow_nodes",
-    "aggressive_queries",
-    "victims",
-    "critical_path",
-    "stage_ratp",
-];
-
 /// Registers every culprit function in the session.
 pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
     for f in ratp::all() {
