@@ -7,7 +7,7 @@ use culprit_core::method::Dataset;
 use culprit_core::Table;
 use culprit_store::Store;
 use datafusion::common::{DataFusionError, Result};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 
 #[derive(Debug)]
@@ -50,10 +50,24 @@ impl Engine {
             ds.add_stages(&b);
         }
         ds.reserve_windows(manifest.rows_of(Table::TaskWindows) as usize);
+        // The biggest table: decode on another worker while this one folds
+        // batches in, so both cores work.
         let mut windows = self.store.scan_table(&manifest, Table::TaskWindows, None);
-        while let Some(b) = windows.try_next().await.map_err(store_err)? {
-            ds.add_task_windows(&b);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let decoder = tokio::spawn(async move {
+            while let Some(b) = windows.next().await {
+                let failed = b.is_err();
+                if tx.send(b).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        while let Some(b) = rx.recv().await {
+            ds.add_task_windows(&b.map_err(store_err)?);
         }
+        decoder
+            .await
+            .map_err(|e| DataFusionError::Execution(format!("culprit: loading task_windows: {e}")))?;
         let mut hosts = self.store.scan_table(&manifest, Table::HostWindows, None);
         while let Some(b) = hosts.try_next().await.map_err(store_err)? {
             ds.add_host_windows(&b);
