@@ -65,9 +65,9 @@ impl Engine {
         while let Some(b) = rx.recv().await {
             ds.add_task_windows(&b.map_err(store_err)?);
         }
-        decoder
-            .await
-            .map_err(|e| DataFusionError::Execution(format!("culprit: loading task_windows: {e}")))?;
+        decoder.await.map_err(|e| {
+            DataFusionError::Execution(format!("culprit: loading task_windows: {e}"))
+        })?;
         let mut hosts = self.store.scan_table(&manifest, Table::HostWindows, None);
         while let Some(b) = hosts.try_next().await.map_err(store_err)? {
             ds.add_host_windows(&b);
