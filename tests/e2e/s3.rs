@@ -82,15 +82,18 @@ fn store_and_inputs_on_s3() {
     generate(&data, "csv");
 
     // A local folder into an S3 store.
-    let out = culprit_s3(
-        s3.port,
-        &[
-            "ingest",
-            "--store",
-            "s3://culprit/stores/a",
-            data.to_str().unwrap(),
-        ],
-    );
+    let ingest_a = || {
+        culprit_s3(
+            s3.port,
+            &[
+                "ingest",
+                "--store",
+                "s3://culprit/stores/a",
+                data.to_str().unwrap(),
+            ],
+        )
+    };
+    let out = ingest_a();
     assert!(
         out.status.success(),
         "{}",
@@ -160,15 +163,7 @@ fn store_and_inputs_on_s3() {
     }
 
     // Re-ingesting into the S3 store adds nothing.
-    let out = culprit_s3(
-        s3.port,
-        &[
-            "ingest",
-            "--store",
-            "s3://culprit/stores/a",
-            data.to_str().unwrap(),
-        ],
-    );
+    let out = ingest_a();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("5 files already ingested"), "{err}");
 }

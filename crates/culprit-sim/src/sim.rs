@@ -328,7 +328,7 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
                     }
                     _ => {
                         if let Some(prev) = task.win.take() {
-                            flush(&mut tw, task, i, prev, cfg, to_us, None, &specs);
+                            flush(&mut tw, task, prev, cfg, to_us, None, &specs);
                         }
                         task.win = Some((window, blocked, acquired, gc));
                     }
@@ -338,7 +338,7 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
                     task.finish = Some(end);
                     free_slots[h] += 1;
                     if let Some(prev) = task.win.take() {
-                        flush(&mut tw, task, i, prev, cfg, to_us, Some(end), &specs);
+                        flush(&mut tw, task, prev, cfg, to_us, Some(end), &specs);
                     }
                 }
             }
@@ -408,9 +408,9 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
         }
     }
     let mut tb = TableBuilder::new(Table::Tasks, tasks.len());
-    for (i, x) in tasks.iter().enumerate() {
+    for x in &tasks {
         let q = &specs[x.query];
-        let id = task_id(&specs, x, i);
+        let id = task_id(&specs, x);
         let host = format!("host-{}", x.host.expect("ran"));
         let exec = format!("exec-{}", x.host.expect("ran"));
         let sid = x.stage.to_string();
@@ -467,7 +467,7 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
     }
 }
 
-fn task_id(specs: &[QuerySpec], x: &Task, _i: usize) -> String {
+fn task_id(specs: &[QuerySpec], x: &Task) -> String {
     format!("{}-s{}-t{}", specs[x.query].id, x.stage, x.index)
 }
 
@@ -475,7 +475,6 @@ fn task_id(specs: &[QuerySpec], x: &Task, _i: usize) -> String {
 fn flush(
     tw: &mut TableBuilder,
     task: &Task,
-    i: usize,
     (w, blocked, acquired, gc): (i64, [f64; 4], [f64; 4], f64),
     cfg: &SimConfig,
     to_us: impl Fn(f64) -> i64,
@@ -484,7 +483,7 @@ fn flush(
 ) {
     let ws = (w as f64 * cfg.window).max(task.launch);
     let we = end.unwrap_or((w + 1) as f64 * cfg.window);
-    let id = task_id(specs, task, i);
+    let id = task_id(specs, task);
     for r in 0..4 {
         if blocked[r] <= 0.0 && acquired[r] <= 0.0 {
             continue;
