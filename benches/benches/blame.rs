@@ -56,10 +56,12 @@ fn bench(c: &mut Criterion) {
     rt.block_on(async {
         let mut batch = store.begin();
         for t in Table::ALL {
-            batch
-                .write(t, std::slice::from_ref(w.table(t)))
-                .await
-                .expect("write");
+            if let Some(b) = w.table(t) {
+                batch
+                    .write(t, std::slice::from_ref(b))
+                    .await
+                    .expect("write");
+            }
         }
         batch.commit().await.expect("commit");
     });

@@ -108,3 +108,18 @@ pub fn psql(addr: SocketAddr, args: &[&str]) -> Output {
         .output()
         .expect("psql must be installed (apt-get install postgresql-client); .ci/run installs it")
 }
+
+/// The shared real telemetry (Spark event logs written by Spark itself):
+/// `$CULPRIT_TEST_DATA`, default `../shared/data` beside the repository.
+/// Missing data fails the test: it is never skipped.
+pub fn test_data() -> PathBuf {
+    let dir = std::env::var_os("CULPRIT_TEST_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/data"));
+    assert!(
+        dir.join("spark").is_dir(),
+        "the real test data is missing: {} has no spark/ folder (set CULPRIT_TEST_DATA)",
+        dir.display()
+    );
+    dir
+}

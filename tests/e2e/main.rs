@@ -7,3 +7,4 @@ mod ingest;
 mod s3;
 mod server;
 mod slt;
+mod spark;

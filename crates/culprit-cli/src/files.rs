@@ -23,7 +23,9 @@ pub fn write_workload(
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     for table in Table::ALL {
-        let batch = workload.table(table);
+        let Some(batch) = workload.table(table) else {
+            continue;
+        };
         let ext = match format {
             FileFormat::Parquet => "parquet",
             FileFormat::Csv => "csv",

@@ -4,6 +4,7 @@
 mod files;
 mod output;
 mod progress;
+mod watch;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,7 +35,8 @@ struct StoreArg {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Ingest telemetry files or folders (interchange Parquet, CSV, JSON lines) as one batch.
+    /// Ingest telemetry files or folders as one batch: interchange Parquet, CSV, JSON lines,
+    /// and Spark event logs (plain or lz4/lzf/snappy/zstd, rolling, legacy, in progress).
     Ingest {
         #[command(flatten)]
         store: StoreArg,
@@ -44,6 +46,13 @@ enum Command {
         /// Ingest nothing when any row is rejected.
         #[arg(long)]
         strict: bool,
+        /// Keep watching the inputs: ingest new files and the new events of logs in
+        /// progress until Ctrl-C (restart-safe: what is stored is never read twice).
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between two looks at the inputs with --watch.
+        #[arg(long, default_value_t = 5.0)]
+        interval: f64,
         /// Files, folders, or s3:// / file:// URLs.
         #[arg(required = true)]
         paths: Vec<String>,
@@ -115,7 +124,7 @@ fn main() -> ExitCode {
     }
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn run(command: Command) -> Result<ExitCode, BoxError> {
     match command {
@@ -123,9 +132,15 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             store,
             table,
             strict,
+            watch,
+            interval,
             paths,
         } => {
             let store = Store::open(&store.store)?;
+            if watch {
+                let interval = std::time::Duration::from_secs_f64(interval.max(0.1));
+                return watch::run(&store, &paths, IngestOptions { table, strict }, interval).await;
+            }
             let report = ingest(&store, &paths, IngestOptions { table, strict }).await?;
             Ok(if report.rejected.is_empty() {
                 ExitCode::SUCCESS
@@ -214,14 +229,31 @@ async fn ingest(
         }
         Err(e) => return Err(e.into()),
     };
+    print_report(&report);
+    Ok(report)
+}
+
+/// Prints rejections, notes, ignored files and the summary line.
+pub(crate) fn print_report(report: &IngestReport) {
     for r in report.rejected.iter().take(200) {
         eprintln!("rejected: {r}");
     }
     if report.rejected.len() > 200 {
         eprintln!("... and {} more rejections", report.rejected.len() - 200);
     }
+    for n in &report.notes {
+        eprintln!("note: {n}");
+    }
+    for f in report.ignored_files.iter().take(20) {
+        eprintln!("ignored: {f} (not telemetry)");
+    }
+    if report.ignored_files.len() > 20 {
+        eprintln!(
+            "... and {} more ignored files",
+            report.ignored_files.len() - 20
+        );
+    }
     eprintln!("{}", report.summary());
-    Ok(report)
 }
 
 /// Serves until Ctrl-C. `ready` is printed once the port is bound.

@@ -81,6 +81,7 @@ const STAGES: &[ColumnSpec] = &[
     col("submit_time", Time, false),
     col("start_time", Time, false),
     col("end_time", Time, false),
+    col("attrs", Str, false),
 ];
 
 const TASKS: &[ColumnSpec] = &[
@@ -105,6 +106,7 @@ const TASKS: &[ColumnSpec] = &[
     col("cpu_blocked", Float, false),
     col("memory_blocked", Float, false),
     col("scheduler_delay", Float, false),
+    col("attrs", Str, false),
 ];
 
 const TASK_WINDOWS: &[ColumnSpec] = &[
@@ -127,6 +129,17 @@ const HOST_WINDOWS: &[ColumnSpec] = &[
     col("used", Float, false),
 ];
 
+const EXECUTORS: &[ColumnSpec] = &[
+    col("app_id", Str, true),
+    col("executor_id", Str, true),
+    col("host", Str, false),
+    col("cores", Float, false),
+    col("add_time", Time, false),
+    col("remove_time", Time, false),
+    col("remove_reason", Str, false),
+    col("attrs", Str, false),
+];
+
 /// The tables of the interchange format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Table {
@@ -135,16 +148,19 @@ pub enum Table {
     Tasks,
     TaskWindows,
     HostWindows,
+    /// Engine processes (Spark executors): where slots come from.
+    Executors,
 }
 
 impl Table {
     /// All tables, in dependency order (tasks before the windows that name them).
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::Queries,
         Table::Stages,
         Table::Tasks,
         Table::TaskWindows,
         Table::HostWindows,
+        Table::Executors,
     ];
 
     pub fn name(self) -> &'static str {
@@ -154,6 +170,7 @@ impl Table {
             Table::Tasks => "tasks",
             Table::TaskWindows => "task_windows",
             Table::HostWindows => "host_windows",
+            Table::Executors => "executors",
         }
     }
 
@@ -164,6 +181,7 @@ impl Table {
             Table::Tasks => TASKS,
             Table::TaskWindows => TASK_WINDOWS,
             Table::HostWindows => HOST_WINDOWS,
+            Table::Executors => EXECUTORS,
         }
     }
 
@@ -175,6 +193,7 @@ impl Table {
             Table::Queries => &["query_id"],
             Table::Stages => &["query_id", "stage_id"],
             Table::Tasks => &["task_id"],
+            Table::Executors => &["app_id", "executor_id"],
             Table::TaskWindows | Table::HostWindows => &[],
         }
     }
@@ -246,7 +265,7 @@ impl FromStr for Table {
             .find(|t| t.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 format!(
-                    "unknown table '{s}' (expected one of: queries, stages, tasks, task_windows, host_windows)"
+                    "unknown table '{s}' (expected one of: queries, stages, tasks, task_windows, host_windows, executors)"
                 )
             })
     }

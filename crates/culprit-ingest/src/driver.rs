@@ -11,9 +11,10 @@ use culprit_store::{PendingBatch, Store};
 use sha2::{Digest, Sha256};
 
 use crate::error::{IngestError, Result};
-use crate::formats::{self, Format};
+use crate::formats::{self, Format, Origin, RawRows};
 use crate::sources::SourceFile;
-use crate::validate::{self, Known};
+use crate::spark::{self, LogUnit};
+use crate::validate::{self, BatchDuplicates, Known};
 
 /// Rows buffered per table before they are written out as a Parquet file.
 const FLUSH_ROWS: usize = 1 << 20;
@@ -66,6 +67,11 @@ pub struct IngestReport {
     /// Rows skipped because a row with the same key is already stored.
     pub already_stored: usize,
     pub rejected: Vec<Rejection>,
+    /// Spark event logs (applications) read.
+    pub spark_logs: usize,
+    /// Things worth knowing that are not errors: unknown Spark event types
+    /// skipped, a cut last line of a log in progress.
+    pub notes: Vec<String>,
     pub seconds: f64,
     /// The manifest version committed, if anything was.
     pub version: Option<u64>,
@@ -83,8 +89,13 @@ impl IngestReport {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let logs = if self.spark_logs > 0 {
+            format!(" ({} Spark event logs)", self.spark_logs)
+        } else {
+            String::new()
+        };
         let mut s = format!(
-            "{} files, rows: {rows}; rejected {}",
+            "{} files{logs}, rows: {rows}; rejected {}",
             self.files,
             self.rejected.len()
         );
@@ -118,31 +129,36 @@ pub async fn ingest(
     let started = Instant::now();
     let mut report = IngestReport::default();
 
-    // Which table and format each file is.
+    // Which table and format each file is; the rest may be Spark event logs.
     let mut work: Vec<(Table, Format, SourceFile)> = Vec::new();
+    let mut candidates = Vec::new();
     for src in sources {
         let table = opts.table.or_else(|| Table::from_file_name(&src.name));
         let format = Format::from_path(&src.name);
         match (table, format) {
             (Some(t), Some(f)) => work.push((t, f, src)),
-            _ if !src.explicit => report.ignored_files.push(src.name),
-            (None, _) => report.rejected.push(Rejection {
-                file: src.name,
-                location: None,
-                reason: "cannot tell the table from the file or folder name (use --table)".into(),
-            }),
-            (_, None) => report.rejected.push(Rejection {
+            (Some(_), None) if opts.table.is_some() => report.rejected.push(Rejection {
                 file: src.name,
                 location: None,
                 reason: "unknown format (expected .parquet, .csv, .jsonl or .ndjson)".into(),
             }),
+            _ => candidates.push(src),
         }
     }
     work.sort_by_key(|(t, _, _)| *t);
+    let logs = spark::group(candidates);
 
     let manifest = store.manifest().await?;
     let mut known = Known::default();
-    let tables: HashSet<Table> = work.iter().map(|(t, _, _)| *t).collect();
+    let mut tables: HashSet<Table> = work.iter().map(|(t, _, _)| *t).collect();
+    if !logs.is_empty() {
+        tables.extend([
+            Table::Queries,
+            Table::Stages,
+            Table::Tasks,
+            Table::Executors,
+        ]);
+    }
     if tables.contains(&Table::Tasks) || tables.contains(&Table::TaskWindows) {
         let cols = ["task_id", "launch_time", "finish_time", "ready_time"];
         let stored = store
@@ -150,7 +166,7 @@ pub async fn ingest(
             .await?;
         validate::index_tasks(&stored, &mut known);
     }
-    for t in [Table::Queries, Table::Stages] {
+    for t in [Table::Queries, Table::Stages, Table::Executors] {
         if tables.contains(&t) {
             let stored = store
                 .read_table(&manifest, t, Some(t.key_columns()))
@@ -159,17 +175,30 @@ pub async fn ingest(
         }
     }
 
-    progress.start(work.len(), work.iter().map(|(_, _, s)| s.size).sum());
+    let files = work.len() + logs.iter().map(|l| l.parts.len()).sum::<usize>();
+    let bytes = work.iter().map(|(_, _, s)| s.size).sum::<u64>()
+        + logs
+            .iter()
+            .flat_map(|l| l.parts.iter().map(|p| p.size))
+            .sum::<u64>();
+    progress.start(files, bytes);
     let mut pending = store.begin();
-    let result = read_all(
-        &mut pending,
-        work,
-        &manifest,
-        &mut known,
-        &mut report,
+    let mut ctx = Ctx {
+        pending: &mut pending,
+        manifest: &manifest,
+        known: &mut known,
+        report: &mut report,
         progress,
-    )
-    .await;
+        buffered: BTreeMap::new(),
+        seen_keys: HashSet::new(),
+    };
+    let mut result = ctx.read_files(work).await;
+    if result.is_ok() {
+        result = ctx.read_logs(logs).await;
+    }
+    if result.is_ok() {
+        result = ctx.flush_all().await;
+    }
     progress.finish();
     if let Err(e) = result {
         pending.abort().await;
@@ -190,66 +219,271 @@ pub async fn ingest(
     Ok(report)
 }
 
-async fn read_all(
-    pending: &mut PendingBatch,
-    work: Vec<(Table, Format, SourceFile)>,
-    manifest: &culprit_store::Manifest,
-    known: &mut Known,
-    report: &mut IngestReport,
-    progress: &dyn Progress,
-) -> Result<()> {
-    let mut buffered: BTreeMap<Table, (Vec<RecordBatch>, usize)> = BTreeMap::new();
-    let mut seen_keys: HashSet<String> = HashSet::new();
-    for (table, format, src) in work {
-        let bytes = src.read().await?;
-        let key = hex::encode(Sha256::digest(&bytes));
-        progress.advance(&src.name, src.size);
-        if manifest.source(&key).is_some() || !seen_keys.insert(key.clone()) {
-            report.duplicate_files += 1;
-            continue;
+/// What became of a candidate event log.
+enum LogOutcome {
+    Parsed,
+    Rejected,
+    Ignored,
+}
+
+/// The state of one ingest while it reads its inputs.
+struct Ctx<'a> {
+    pending: &'a mut PendingBatch,
+    manifest: &'a culprit_store::Manifest,
+    known: &'a mut Known,
+    report: &'a mut IngestReport,
+    progress: &'a dyn Progress,
+    buffered: BTreeMap<Table, (Vec<RecordBatch>, usize)>,
+    seen_keys: HashSet<String>,
+}
+
+impl Ctx<'_> {
+    /// Whether bytes with this digest were ingested before (or in this batch).
+    fn duplicate(&mut self, key: &str) -> bool {
+        self.manifest.source(key).is_some() || !self.seen_keys.insert(key.to_string())
+    }
+
+    /// Checks raw rows of one table and buffers the good ones. `locate`
+    /// names the file and place of a row for rejections.
+    async fn add_rows(
+        &mut self,
+        table: Table,
+        raw: RawRows,
+        file: &str,
+        duplicates: BatchDuplicates,
+        locate: &dyn Fn(Origin) -> (String, String),
+    ) -> Result<()> {
+        if raw.len() == 0 && raw.unreadable.is_empty() && duplicates == BatchDuplicates::Skip {
+            return Ok(()); // a log with nothing for this table
         }
-        report.files += 1;
-        let reject_file = |reason: String| Rejection {
-            file: src.name.clone(),
-            location: None,
-            reason,
-        };
-        let raw = match formats::read(format, bytes) {
-            Ok(raw) => raw,
-            Err(reason) => {
-                report.rejected.push(reject_file(reason));
-                continue;
-            }
-        };
-        let checked = match validate::check(table, raw, &src.name, known) {
+        let checked = match validate::check(table, raw, file, self.known, duplicates) {
             Ok(c) => c,
             Err(reason) => {
-                report.rejected.push(reject_file(reason));
-                continue;
+                let reason = match duplicates {
+                    // A log gives several tables: say which one.
+                    BatchDuplicates::Skip => format!("{table}: {reason}"),
+                    BatchDuplicates::Reject => reason,
+                };
+                self.report.rejected.push(Rejection {
+                    file: file.to_string(),
+                    location: None,
+                    reason,
+                });
+                return Ok(());
             }
         };
-        report.already_stored += checked.already_stored;
-        report.rejected.extend(
-            checked
-                .rejected
-                .into_iter()
-                .map(|(origin, reason)| Rejection {
-                    file: src.name.clone(),
-                    location: Some(origin.to_string()),
-                    reason,
-                }),
-        );
-        pending.add_source(key, src.name.clone());
-        let entry = buffered.entry(table).or_default();
+        self.report.already_stored += checked.already_stored;
+        for (origin, reason) in checked.rejected {
+            let (file, location) = locate(origin);
+            self.report.rejected.push(Rejection {
+                file,
+                location: Some(location),
+                reason,
+            });
+        }
+        let entry = self.buffered.entry(table).or_default();
         entry.1 += checked.batch.num_rows();
         entry.0.push(checked.batch);
         if entry.1 >= FLUSH_ROWS {
             let (batches, _) = std::mem::take(entry);
-            pending.write(table, &batches).await?;
+            self.pending.write(table, &batches).await?;
         }
+        Ok(())
     }
-    for (table, (batches, _)) in buffered {
-        pending.write(table, &batches).await?;
+
+    async fn flush_all(&mut self) -> Result<()> {
+        for (table, (batches, _)) in std::mem::take(&mut self.buffered) {
+            self.pending.write(table, &batches).await?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Interchange files (Parquet, CSV, JSON lines).
+    async fn read_files(&mut self, work: Vec<(Table, Format, SourceFile)>) -> Result<()> {
+        for (table, format, src) in work {
+            let bytes = src.read().await?;
+            let key = hex::encode(Sha256::digest(&bytes));
+            self.progress.advance(&src.name, src.size);
+            if self.duplicate(&key) {
+                self.report.duplicate_files += 1;
+                continue;
+            }
+            self.report.files += 1;
+            let raw = match formats::read(format, bytes) {
+                Ok(raw) => raw,
+                Err(reason) => {
+                    self.report.rejected.push(Rejection {
+                        file: src.name.clone(),
+                        location: None,
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            self.pending.add_source(key, src.name.clone());
+            let name = src.name.clone();
+            let locate = |o: Origin| (name.clone(), o.to_string());
+            self.add_rows(table, raw, &src.name, BatchDuplicates::Reject, &locate)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Spark event logs: each is decoded, parsed and translated into rows.
+    async fn read_logs(&mut self, logs: Vec<LogUnit>) -> Result<()> {
+        for log in logs {
+            let mut hasher = Sha256::new();
+            let mut raw_parts: Vec<(String, Vec<u8>)> = Vec::with_capacity(log.parts.len());
+            for part in &log.parts {
+                let bytes = part.read().await?;
+                hasher.update(&bytes);
+                self.progress.advance(&part.name, part.size);
+                raw_parts.push((part.name.clone(), bytes.to_vec()));
+            }
+            if raw_parts.is_empty() {
+                continue;
+            }
+            let files = raw_parts.len();
+            let key = hex::encode(hasher.finalize());
+            if self.manifest.source(&key).is_some() || self.seen_keys.contains(&key) {
+                self.report.duplicate_files += files;
+                continue;
+            }
+            // A History Server download: the logs inside the zip.
+            let apps: Vec<spark::RawLog> = if files == 1 && spark::zip::is_zip(&raw_parts[0].1) {
+                self.report.files += 1;
+                let (zip_name, bytes) = raw_parts.pop().expect("one part");
+                match spark::zip::entries(&bytes) {
+                    Ok(entries) => spark::group_entries(&zip_name, entries),
+                    Err(reason) => {
+                        self.report.rejected.push(Rejection {
+                            file: zip_name,
+                            location: None,
+                            reason,
+                        });
+                        continue;
+                    }
+                }
+            } else {
+                self.report.files += files;
+                vec![(log.name.clone(), log.state, raw_parts)]
+            };
+            let (mut parsed, mut ignored) = (false, true);
+            for (name, state, parts) in apps {
+                let explicit = log.explicit || files > 1;
+                match self.read_log(&name, state, parts, explicit).await? {
+                    LogOutcome::Parsed => (parsed, ignored) = (true, false),
+                    LogOutcome::Rejected => ignored = false,
+                    LogOutcome::Ignored => {}
+                }
+            }
+            // Only what was read is remembered as ingested: a rejected file
+            // can be ingested again (say with --table).
+            if parsed {
+                self.seen_keys.insert(key.clone());
+                self.pending.add_source(key, log.name.clone());
+            }
+            if ignored {
+                self.report.files -= files.min(self.report.files);
+            }
+        }
+        Ok(())
+    }
+
+    /// One application's log: decoded, checked to be an event log, parsed,
+    /// its rows checked and buffered.
+    async fn read_log(
+        &mut self,
+        name: &str,
+        state: spark::LogState,
+        raw_parts: Vec<(String, Vec<u8>)>,
+        explicit: bool,
+    ) -> Result<LogOutcome> {
+        let mut parts = Vec::with_capacity(raw_parts.len());
+        for (part_name, bytes) in &raw_parts {
+            match spark::decode(part_name, bytes) {
+                Ok(p) => parts.push(p),
+                Err(reason) if explicit || !parts.is_empty() => {
+                    self.report.rejected.push(Rejection {
+                        file: part_name.clone(),
+                        location: None,
+                        reason,
+                    });
+                    return Ok(LogOutcome::Rejected);
+                }
+                Err(_) => {
+                    self.report.ignored_files.push(part_name.clone());
+                    return Ok(LogOutcome::Ignored);
+                }
+            }
+        }
+        drop(raw_parts);
+        if !spark::is_event_log(&parts[0].text) {
+            if explicit {
+                let reason = if Format::from_path(name).is_some() {
+                    "cannot tell the table from the file or folder name (use --table)"
+                } else {
+                    "not telemetry: neither an interchange file (tasks.csv, \
+                     stages.parquet, ...) nor a Spark event log (its first line \
+                     is not a JSON event)"
+                };
+                self.report.rejected.push(Rejection {
+                    file: name.to_string(),
+                    location: None,
+                    reason: reason.into(),
+                });
+                return Ok(LogOutcome::Rejected);
+            }
+            self.report.ignored_files.push(name.to_string());
+            return Ok(LogOutcome::Ignored);
+        }
+        self.report.spark_logs += 1;
+        for p in &parts {
+            if let Some(why) = &p.truncated {
+                self.report.notes.push(format!(
+                    "{}: the {} stream ends early ({why}); read up to there",
+                    p.name,
+                    p.codec.name()
+                ));
+            }
+        }
+        let mut parsed = spark::parse(&parts, state, &spark::fallback_id(name));
+        drop(parts);
+        for (part, line, reason) in &parsed.malformed {
+            self.report.rejected.push(Rejection {
+                file: part.clone(),
+                location: Some(format!("line {line}")),
+                reason: reason.clone(),
+            });
+        }
+        if !parsed.unknown_events.is_empty() {
+            let list = parsed
+                .unknown_events
+                .iter()
+                .map(|(k, n)| format!("{k} x{n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            self.report
+                .notes
+                .push(format!("{name}: skipped unknown event types: {list}"));
+        }
+        if parsed.cut_last_line {
+            self.report.notes.push(format!(
+                "{name}: the last line is cut (the log is in progress); it is read when complete"
+            ));
+        }
+        let tables = std::mem::take(&mut parsed.tables);
+        for (table, raw) in tables {
+            let locate = |o: Origin| match o {
+                Origin::Line(n) => {
+                    let (file, line) = parsed.locate(n);
+                    (file, format!("line {line}"))
+                }
+                other => (name.to_string(), other.to_string()),
+            };
+            self.add_rows(table, raw, name, BatchDuplicates::Skip, &locate)
+                .await?;
+        }
+        Ok(LogOutcome::Parsed)
+    }
 }

@@ -12,6 +12,7 @@ mod driver;
 mod error;
 mod formats;
 mod sources;
+pub mod spark;
 mod validate;
 
 pub use driver::{ingest, IngestOptions, IngestReport, Progress, Rejection};

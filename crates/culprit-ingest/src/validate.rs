@@ -37,7 +37,23 @@ pub struct Checked {
     pub already_stored: usize,
 }
 
-pub fn check(table: Table, raw: RawRows, file: &str, known: &mut Known) -> Result<Checked, String> {
+/// How to treat a key seen earlier in the same batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchDuplicates {
+    /// An error: two input files disagree about one row.
+    Reject,
+    /// Skipped like a stored row: the same application read twice (two
+    /// copies of one Spark log).
+    Skip,
+}
+
+pub fn check(
+    table: Table,
+    raw: RawRows,
+    file: &str,
+    known: &mut Known,
+    duplicates: BatchDuplicates,
+) -> Result<Checked, String> {
     let n = raw.len();
     let mut reason: Vec<Option<String>> = vec![None; n];
     let reject = |reason: &mut Vec<Option<String>>, i: usize, why: String| {
@@ -93,6 +109,7 @@ pub fn check(table: Table, raw: RawRows, file: &str, known: &mut Known) -> Resul
             ("ready_time", "launch_time"),
         ],
         Table::TaskWindows | Table::HostWindows => &[("window_start", "window_end")],
+        Table::Executors => &[("add_time", "remove_time")],
     };
     for (a, b) in orders {
         let (ta, tb) = (time(a), time(b));
@@ -176,7 +193,9 @@ pub fn check(table: Table, raw: RawRows, file: &str, known: &mut Known) -> Resul
                 .map(|p| p.value(i))
                 .collect::<Vec<_>>()
                 .join("\u{1f}");
-            if stored.contains(&key) {
+            if stored.contains(&key)
+                || (duplicates == BatchDuplicates::Skip && seen.contains_key(&key))
+            {
                 already[i] = true;
             } else if let Some(first) = seen.get(&key) {
                 let shown = key.replace('\u{1f}', "/");

@@ -36,13 +36,15 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn table(&self, table: Table) -> &RecordBatch {
+    /// The generated rows of a table (`None`: the simulator writes none).
+    pub fn table(&self, table: Table) -> Option<&RecordBatch> {
         match table {
-            Table::Queries => &self.queries,
-            Table::Stages => &self.stages,
-            Table::Tasks => &self.tasks,
-            Table::TaskWindows => &self.task_windows,
-            Table::HostWindows => &self.host_windows,
+            Table::Queries => Some(&self.queries),
+            Table::Stages => Some(&self.stages),
+            Table::Tasks => Some(&self.tasks),
+            Table::TaskWindows => Some(&self.task_windows),
+            Table::HostWindows => Some(&self.host_windows),
+            Table::Executors => None,
         }
     }
 }

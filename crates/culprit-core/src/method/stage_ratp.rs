@@ -92,7 +92,7 @@ pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
             s
         })
         .collect();
-    out.sort_by(|a, b| (a.stage, a.resource, a.host).cmp(&(b.stage, b.resource, b.host)));
+    out.sort_by_key(|a| (a.stage, a.resource, a.host));
     out
 }
 

@@ -1,0 +1,75 @@
+//! `culprit ingest --watch`: ingest what is new in the inputs, again and
+//! again, until Ctrl-C.
+//!
+//! Every look lists the inputs and ingests the folders in which a file is
+//! new or changed size (a folder whole, so a rolling or legacy log is read
+//! with all its parts). Nothing is ingested twice: files already stored are
+//! recognised by their content digest, rows by their keys (tasks, stages,
+//! queries, executors), and a log in progress gives only its finished
+//! queries, stages and tasks. A restart reads everything once more and
+//! stores only what is new.
+
+use std::collections::{HashMap, HashSet};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use culprit_ingest::{IngestOptions, SourceFile};
+use culprit_store::Store;
+
+use crate::BoxError;
+
+fn folder(name: &str) -> &str {
+    name.rsplit_once('/').map_or("", |(d, _)| d)
+}
+
+pub async fn run(
+    store: &Store,
+    paths: &[String],
+    opts: IngestOptions,
+    interval: Duration,
+) -> Result<ExitCode, BoxError> {
+    // The first listing must work: a typo should not watch nothing forever.
+    culprit_ingest::list_sources(paths).await?;
+    eprintln!(
+        "watching {} every {:.1} s (Ctrl-C to stop)",
+        paths.join(", "),
+        interval.as_secs_f64()
+    );
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        match culprit_ingest::list_sources(paths).await {
+            Ok(sources) => {
+                let changed: HashSet<String> = sources
+                    .iter()
+                    .filter(|s| seen.get(&s.name) != Some(&s.size))
+                    .map(|s| folder(&s.name).to_string())
+                    .collect();
+                let todo: Vec<SourceFile> = sources
+                    .iter()
+                    .filter(|s| changed.contains(folder(&s.name)))
+                    .cloned()
+                    .collect();
+                if !todo.is_empty() {
+                    match culprit_ingest::ingest(store, todo, &opts, &()).await {
+                        Ok(report) => {
+                            if !report.rows.is_empty() || !report.rejected.is_empty() {
+                                crate::print_report(&report);
+                            }
+                            seen = sources.into_iter().map(|s| (s.name, s.size)).collect();
+                        }
+                        Err(e) => eprintln!("error: {e} (trying again)"),
+                    }
+                }
+            }
+            Err(e) => eprintln!("error: {e} (trying again)"),
+        }
+        tokio::select! {
+            _ = &mut ctrl_c => {
+                eprintln!("stopped watching");
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
