@@ -1,7 +1,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
 
 use culprit_store::Store;
 
@@ -62,8 +61,15 @@ pub fn demo_store() -> (tempfile::TempDir, String) {
 
 /// Starts the real server on a free loopback port over the store.
 pub async fn start_server(store: Store) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let ctx = Arc::new(culprit_sql::session(store).await.expect("session"));
-    let server = culprit_server::Server::bind(ctx, "127.0.0.1:0")
+    start_server_with(store, culprit_server::ServerOptions::default()).await
+}
+
+/// Starts the real server with options on a free loopback port.
+pub async fn start_server_with(
+    store: Store,
+    opts: culprit_server::ServerOptions,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let server = culprit_server::Server::bind_with(store, "127.0.0.1:0", opts)
         .await
         .expect("bind");
     let addr = server.local_addr();

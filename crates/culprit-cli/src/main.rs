@@ -7,7 +7,6 @@ mod progress;
 mod watch;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use culprit_core::Table;
@@ -31,6 +30,71 @@ struct StoreArg {
     /// AWS_ENDPOINT_URL and AWS_ALLOW_HTTP=true for S3-compatible stores), memory://.
     #[arg(long, env = "CULPRIT_STORE", default_value = DEFAULT_STORE)]
     store: String,
+}
+
+#[derive(clap::Args, Clone)]
+struct ServerArgs {
+    /// Users file for SCRAM-SHA-256 password authentication (`culprit user add` writes it).
+    #[arg(long, env = "CULPRIT_USERS")]
+    users: Option<std::path::PathBuf>,
+    /// TLS certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Refuse connections without TLS.
+    #[arg(long)]
+    tls_required: bool,
+    /// Most connections at once; more are refused with SQLSTATE 53300.
+    #[arg(long, default_value_t = 100)]
+    max_connections: usize,
+    /// Default statement timeout in seconds, covering execution (0: none); a client's
+    /// `SET statement_timeout` wins.
+    #[arg(long, default_value_t = 0.0)]
+    statement_timeout: f64,
+    /// Memory for one query, in MiB (0: unlimited); a query needing more fails with 53200.
+    #[arg(long, default_value_t = 0)]
+    query_memory_mb: usize,
+}
+
+impl ServerArgs {
+    fn options(&self) -> Result<culprit_server::ServerOptions, BoxError> {
+        let users = match &self.users {
+            Some(p) => Some(culprit_server::Users::load(p)?),
+            None => None,
+        };
+        Ok(culprit_server::ServerOptions {
+            users,
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => Some(culprit_server::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
+            tls_required: self.tls_required,
+            max_connections: self.max_connections.max(1),
+            statement_timeout: (self.statement_timeout > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.statement_timeout)),
+            query_memory: (self.query_memory_mb > 0).then(|| self.query_memory_mb << 20),
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Add (or replace) a user: the password is read from CULPRIT_PASSWORD or the
+    /// first line of standard input; only its salted hash is written.
+    Add {
+        /// The users file (created with mode 600 if missing).
+        #[arg(long, env = "CULPRIT_USERS")]
+        users: std::path::PathBuf,
+        /// `read` (queries only) or `write` (also DDL/DML on session objects).
+        #[arg(long, default_value = "read")]
+        role: String,
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -70,9 +134,16 @@ enum Command {
     Serve {
         #[command(flatten)]
         store: StoreArg,
-        /// Address to listen on.
+        /// Address to listen on (a non-loopback address needs --users).
         #[arg(long, env = "CULPRIT_LISTEN", default_value = "127.0.0.1:5433")]
         listen: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Manage the users file of `culprit serve --users`.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
     },
     /// Write a generated workload as interchange files.
     Generate {
@@ -159,9 +230,19 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             output::print(&batches, format)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { store, listen } => {
+        Command::User {
+            command: UserCommand::Add { users, role, name },
+        } => {
+            user_add(&users, &role, &name)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve {
+            store,
+            listen,
+            server,
+        } => {
             let store = Store::open(&store.store)?;
-            serve(store, &listen, None).await?;
+            serve(store, &listen, server.options()?, None).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate {
@@ -256,10 +337,57 @@ pub(crate) fn print_report(report: &IngestReport) {
     eprintln!("{}", report.summary());
 }
 
+/// Adds or replaces a user in the users file (written whole to a temporary
+/// file, then renamed: a crash leaves the old file).
+fn user_add(path: &std::path::Path, role: &str, name: &str) -> Result<(), BoxError> {
+    let role: culprit_server::Role = role.parse()?;
+    let password = match std::env::var("CULPRIT_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    let line = culprit_server::Users::line(name, role, &password)?;
+    let old = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: {e}", path.display()).into()),
+    };
+    let prefix = format!("{name}:");
+    let mut text: String = old
+        .lines()
+        .filter(|l| !l.starts_with(&prefix))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(&line);
+    text.push('\n');
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    culprit_server::Users::load(path)?;
+    eprintln!("user {name} ({}) written to {}", role.name(), path.display());
+    Ok(())
+}
+
 /// Serves until Ctrl-C. `ready` is printed once the port is bound.
-async fn serve(store: Store, listen: &str, ready: Option<String>) -> Result<(), BoxError> {
-    let ctx = Arc::new(culprit_sql::session(store.clone()).await?);
-    let server = culprit_server::Server::bind(ctx, listen).await?;
+async fn serve(
+    store: Store,
+    listen: &str,
+    opts: culprit_server::ServerOptions,
+    ready: Option<String>,
+) -> Result<(), BoxError> {
+    let server = culprit_server::Server::bind_with(store.clone(), listen, opts).await?;
     let addr = server.local_addr();
     eprintln!("culprit serving {store} on postgres://{addr} (Ctrl-C to stop)");
     if let Some(template) = ready {
@@ -301,7 +429,7 @@ async fn demo(store_url: &str, listen: &str, seed: u64) -> Result<ExitCode, BoxE
     let sql = demo_query(&workload.victim);
     let line =
         format!("psql \"host={{host}} port={{port}} user=culprit dbname=culprit\" -c \"{sql}\"");
-    serve(store, listen, Some(line)).await?;
+    serve(store, listen, Default::default(), Some(line)).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,45 +1,477 @@
-use std::sync::Arc;
+//! The pgwire handlers of one connection: authentication (SCRAM against the
+//! users file, or none on loopback), TLS and connection limits at startup,
+//! DataFusion's query handling from `datafusion-postgres` with culprit's
+//! read-only rule, statement timeout and cancel over the whole execution,
+//! and errors mapped to SQLSTATEs.
 
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use datafusion_postgres::DfSessionService;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::hooks::HookClient;
+use datafusion_postgres::{DfSessionService, QueryHook};
+use futures::{Sink, Stream};
 use pgwire::api::auth::noop::NoopStartupHandler;
-use pgwire::api::auth::StartupHandler;
-use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::auth::sasl::scram::ScramAuth;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{DefaultServerParameterProvider, StartupHandler};
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::portal::Portal;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::{ClientInfo, ConnectionManager, ErrorHandler, PgWireServerHandlers};
-use pgwire::error::PgWireError;
+use pgwire::api::results::Response;
+use pgwire::messages::data::DataRow;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, PgWireServerHandlers,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 
+use crate::auth::{Role, Users};
 use crate::sqlstate;
 
-/// The pgwire handlers: DataFusion's query handling from
-/// `datafusion-postgres`, our SQLSTATE mapping for errors, and cancel
-/// requests honoured through the connection manager.
+/// What every connection of a server shares.
+pub struct Shared {
+    pub users: Option<Arc<Users>>,
+    pub tls_required: bool,
+    pub max_connections: usize,
+    /// Applies when the client did not `SET statement_timeout`.
+    pub statement_timeout: Option<Duration>,
+    pub connections: Arc<ConnectionManager>,
+    /// Running statements, by (pid, secret key), for cancel requests.
+    pub running: Arc<Mutex<Vec<((i32, Vec<u8>), Arc<Notify>)>>>,
+}
+
+fn user_error(severity: &str, code: &str, msg: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(severity.into(), code.into(), msg)))
+}
+
+/// The handlers of one connection.
 pub struct CulpritHandlers {
-    service: Arc<DfSessionService>,
+    service: Arc<Service>,
     startup: Arc<Startup>,
-    cancel: Arc<DefaultCancelHandler>,
+    cancel: Arc<Cancel>,
 }
 
 impl CulpritHandlers {
-    pub fn new(ctx: Arc<SessionContext>) -> Self {
-        let connections = Arc::new(ConnectionManager::new());
-        CulpritHandlers {
-            service: Arc::new(DfSessionService::new(ctx)),
-            startup: Arc::new(Startup {
-                connections: connections.clone(),
+    /// Handlers over the connection's own session. `permit` is `None` when
+    /// the server already has its maximum of connections.
+    pub fn new(
+        ctx: Arc<SessionContext>,
+        shared: Arc<Shared>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        let hook: Arc<dyn QueryHook> = Arc::new(ReadOnly {
+            users: shared.users.clone(),
+        });
+        let mut hooks = vec![hook];
+        // datafusion-postgres' own hooks (SET/SHOW, cursors, transactions).
+        hooks.extend(default_hooks());
+        let inner = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
+        let startup = match &shared.users {
+            Some(users) => {
+                let mut scram = ScramAuth::new(users.clone());
+                scram.set_iterations(pgwire::api::auth::sasl::scram::SCRAM_ITERATIONS);
+                Auth::Scram(
+                    SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
+                        .with_scram(scram)
+                        .with_connection_manager(shared.connections.clone()),
+                )
+            }
+            None => Auth::None(NoAuth {
+                connections: shared.connections.clone(),
             }),
-            cancel: Arc::new(DefaultCancelHandler::new(connections)),
+        };
+        CulpritHandlers {
+            service: Arc::new(Service {
+                inner,
+                shared: shared.clone(),
+            }),
+            startup: Arc::new(Startup {
+                auth: startup,
+                shared: shared.clone(),
+                permit: Mutex::new(permit),
+            }),
+            cancel: Arc::new(Cancel { shared }),
         }
     }
 }
 
-pub struct Startup {
+fn default_hooks() -> Vec<Arc<dyn QueryHook>> {
+    use datafusion_postgres::hooks::cursor::CursorStatementHook;
+    use datafusion_postgres::hooks::set_show::SetShowHook;
+    use datafusion_postgres::hooks::transactions::TransactionStatementHook;
+    vec![
+        Arc::new(CursorStatementHook),
+        Arc::new(SetShowHook),
+        Arc::new(TransactionStatementHook),
+    ]
+}
+
+pub struct NoAuth {
     connections: Arc<ConnectionManager>,
 }
 
-impl NoopStartupHandler for Startup {
+impl NoopStartupHandler for NoAuth {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(self.connections.clone())
+    }
+}
+
+enum Auth {
+    None(NoAuth),
+    Scram(SASLAuthStartupHandler<DefaultServerParameterProvider>),
+}
+
+/// Startup: the connection limit and `--tls-required` first, then the
+/// authentication.
+pub struct Startup {
+    auth: Auth,
+    shared: Arc<Shared>,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(_) = &message {
+            if self.permit.lock().expect("permit").is_none() {
+                return Err(user_error(
+                    "FATAL",
+                    "53300",
+                    format!(
+                        "sorry, too many clients already (max_connections = {})",
+                        self.shared.max_connections
+                    ),
+                ));
+            }
+            if self.shared.tls_required && !client.is_secure() {
+                return Err(user_error(
+                    "FATAL",
+                    "28000",
+                    "this server requires TLS (connect with sslmode=require)".into(),
+                ));
+            }
+        }
+        match &self.auth {
+            Auth::None(h) => h.on_startup(client, message).await,
+            Auth::Scram(h) => h.on_startup(client, message).await,
+        }
+    }
+}
+
+/// `read` users (and everyone without authentication) run queries only:
+/// no DDL or DML through the wire.
+struct ReadOnly {
+    users: Option<Arc<Users>>,
+}
+
+impl ReadOnly {
+    fn check(&self, statement: &Statement, client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireError> {
+        let allowed = matches!(
+            statement,
+            Statement::Query(_)
+                | Statement::Explain { .. }
+                | Statement::ExplainTable { .. }
+                | Statement::ShowVariable { .. }
+                | Statement::ShowTables { .. }
+                | Statement::ShowColumns { .. }
+                | Statement::ShowFunctions { .. }
+                | Statement::ShowStatus { .. }
+                | Statement::ShowVariables { .. }
+                | Statement::Set(_)
+                | Statement::StartTransaction { .. }
+                | Statement::Commit { .. }
+                | Statement::Rollback { .. }
+                | Statement::Declare { .. }
+                | Statement::Fetch { .. }
+                | Statement::Close { .. }
+                | Statement::Discard { .. }
+                | Statement::Deallocate { .. }
+        );
+        if allowed {
+            return None;
+        }
+        let user = client.metadata().get("user").cloned().unwrap_or_default();
+        let role = self
+            .users
+            .as_ref()
+            .and_then(|u| u.role(&user))
+            .unwrap_or(Role::Read);
+        (role == Role::Read).then(|| {
+            user_error(
+                "ERROR",
+                "42501",
+                format!(
+                    "permission denied: user \"{user}\" is read-only (role read); \
+                     only queries are allowed"
+                ),
+            )
+        })
+    }
+}
+
+#[async_trait]
+impl QueryHook for ReadOnly {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.check(statement, &*client).map(Err)
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        _ctx: &SessionContext,
+        client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        self.check(statement, client).map(Err)
+    }
+
+    async fn handle_extended_query(
+        &self,
+        statement: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.check(statement, &*client).map(Err)
+    }
+}
+
+/// DataFusion's handling, with the statement timeout and cancel requests
+/// covering execution and the sending of rows, not only planning.
+pub struct Service {
+    inner: Arc<DfSessionService>,
+    shared: Arc<Shared>,
+}
+
+/// Ends a statement: its deadline and its cancel signal.
+struct Guard {
+    deadline: Option<tokio::time::Instant>,
+    timeout: Option<Duration>,
+    cancel: Arc<Notify>,
+    key: (i32, Vec<u8>),
+    running: Arc<Mutex<Vec<((i32, Vec<u8>), Arc<Notify>)>>>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let mut r = self.running.lock().expect("running");
+        r.retain(|(_, n)| !Arc::ptr_eq(n, &self.cancel));
+        let _ = &self.key;
+    }
+}
+
+fn timeout_error(t: Duration) -> PgWireError {
+    user_error(
+        "ERROR",
+        sqlstate::QUERY_CANCELED,
+        format!(
+            "canceling statement due to statement timeout ({} ms)",
+            t.as_millis()
+        ),
+    )
+}
+
+fn cancel_error() -> PgWireError {
+    user_error(
+        "ERROR",
+        sqlstate::QUERY_CANCELED,
+        "canceling statement due to user request".into(),
+    )
+}
+
+impl Service {
+    fn begin<C: ClientInfo>(&self, client: &C) -> Guard {
+        // `SET statement_timeout` (kept by datafusion-postgres in the
+        // connection's metadata) wins over the server's default.
+        let timeout = match client.metadata().get("statement_timeout_ms") {
+            Some(ms) => ms.parse::<u64>().ok().filter(|ms| *ms > 0).map(Duration::from_millis),
+            None => self.shared.statement_timeout,
+        };
+        let (pid, secret) = client.pid_and_secret_key();
+        let key = (pid, secret.to_bytes().to_vec());
+        let cancel = Arc::new(Notify::new());
+        self.shared
+            .running
+            .lock()
+            .expect("running")
+            .push((key.clone(), cancel.clone()));
+        Guard {
+            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+            timeout,
+            cancel,
+            key,
+            running: self.shared.running.clone(),
+        }
+    }
+
+    /// Runs `work` under the guard: the first of its end, the deadline and a
+    /// cancel request wins.
+    async fn guarded<T>(
+        guard: &Guard,
+        work: impl std::future::Future<Output = PgWireResult<T>>,
+    ) -> PgWireResult<T> {
+        let deadline = async {
+            match guard.deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = work => r,
+            _ = deadline => Err(timeout_error(guard.timeout.unwrap_or_default())),
+            _ = guard.cancel.notified() => Err(cancel_error()),
+        }
+    }
+
+    /// Wraps a response's rows so the guard also covers their sending.
+    fn wrap(response: Response, guard: Arc<Guard>) -> Response {
+        match response {
+            Response::Query(mut q) => {
+                let rows = std::mem::replace(&mut q.data_rows, Box::pin(futures::stream::empty()));
+                q.data_rows = Box::pin(Guarded {
+                    rows,
+                    guard,
+                    sleep: None,
+                    notified: None,
+                    done: false,
+                });
+                Response::Query(q)
+            }
+            other => other,
+        }
+    }
+}
+
+type Rows = Pin<Box<dyn Stream<Item = PgWireResult<DataRow>> + Send>>;
+
+struct Guarded {
+    rows: Rows,
+    guard: Arc<Guard>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    notified: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    done: bool,
+}
+
+impl Stream for Guarded {
+    type Item = PgWireResult<DataRow>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.notified.is_none() {
+            let n = self.guard.cancel.clone();
+            self.notified = Some(Box::pin(async move { n.notified().await }));
+        }
+        if self.notified.as_mut().expect("set").as_mut().poll(cx).is_ready() {
+            self.done = true;
+            return Poll::Ready(Some(Err(cancel_error())));
+        }
+        if let Some(d) = self.guard.deadline {
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(d)));
+            if sleep.as_mut().poll(cx).is_ready() {
+                self.done = true;
+                let t = self.guard.timeout.unwrap_or_default();
+                return Poll::Ready(Some(Err(timeout_error(t))));
+            }
+        }
+        self.rows.as_mut().poll_next(cx)
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Service {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let guard = Arc::new(self.begin(client));
+        let responses = Self::guarded(&guard, SimpleQueryHandler::do_query(&*self.inner, client, query)).await?;
+        Ok(responses
+            .into_iter()
+            .map(|r| Self::wrap(r, guard.clone()))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Service {
+    type Statement = <DfSessionService as ExtendedQueryHandler>::Statement;
+    type QueryParser = <DfSessionService as ExtendedQueryHandler>::QueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.inner.query_parser()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let guard = Arc::new(self.begin(client));
+        let response =
+            Self::guarded(&guard, ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows)).await?;
+        Ok(Self::wrap(response, guard))
+    }
+}
+
+/// Cancel requests: the statement running on that connection (pid and
+/// secret key) stops, whether it is planning, computing or sending rows.
+pub struct Cancel {
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl CancelHandler for Cancel {
+    async fn on_cancel_request(&self, req: CancelRequest) {
+        let key = (req.pid, req.secret_key.to_bytes().to_vec());
+        let running: Vec<Arc<Notify>> = self
+            .shared
+            .running
+            .lock()
+            .expect("running")
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, n)| n.clone())
+            .collect();
+        for n in running {
+            n.notify_one();
+        }
+        self.shared.connections.cancel(req.pid, &req.secret_key).await;
     }
 }
 

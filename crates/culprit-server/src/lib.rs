@@ -1,20 +1,28 @@
-//! The PostgreSQL-wire server: pgwire through `datafusion-postgres`, over the
-//! culprit SQL session, with pg_catalog for psql and BI tools, and errors
-//! mapped once to meaningful SQLSTATEs.
+//! The PostgreSQL-wire server: pgwire through `datafusion-postgres`, over
+//! culprit SQL sessions (one per connection, sharing the dataset cache),
+//! with pg_catalog for psql and BI tools, SCRAM-SHA-256 authentication, TLS,
+//! read-only roles, limits, and errors mapped once to SQLSTATEs.
 
+pub mod auth;
 mod handlers;
 pub mod sqlstate;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use culprit_store::Store;
 use datafusion::prelude::SessionContext;
 use datafusion_postgres::auth::AuthManager;
 use datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
+use pgwire::api::ConnectionManager;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+pub use auth::{Role, Users};
 pub use handlers::CulpritHandlers;
 
 /// Adds what PostgreSQL clients look for (pg_catalog, `current_schema()`,
@@ -25,22 +33,139 @@ pub fn prepare_session(ctx: &SessionContext) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::other(format!("cannot set up pg_catalog: {e}")))
 }
 
+/// TLS: a certificate chain and its private key, PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// How a server runs. `Default`: no authentication (loopback only), no
+/// TLS, 100 connections, no statement timeout, no memory limit.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Password authentication (SCRAM-SHA-256) against these users.
+    pub users: Option<Users>,
+    pub tls: Option<TlsFiles>,
+    /// Refuse connections without TLS.
+    pub tls_required: bool,
+    pub max_connections: usize,
+    /// Default statement timeout (a client's `SET statement_timeout` wins).
+    pub statement_timeout: Option<Duration>,
+    /// Memory pool of each connection's session, bytes (one statement runs
+    /// at a time on a connection, so this bounds a query).
+    pub query_memory: Option<usize>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            users: None,
+            tls: None,
+            tls_required: false,
+            max_connections: 100,
+            statement_timeout: None,
+            query_memory: None,
+        }
+    }
+}
+
+fn io_err(msg: String) -> std::io::Error {
+    std::io::Error::other(msg)
+}
+
+fn load_tls(files: &TlsFiles) -> std::io::Result<pgwire::tokio::TlsAcceptor> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| io_err(format!("{}: {e}", files.cert.display())))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| io_err(format!("{}: {e}", files.cert.display())))?;
+    if certs.is_empty() {
+        return Err(io_err(format!("{}: no certificate", files.cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| io_err(format!("{}: {e}", files.key.display())))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io_err(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| io_err(format!("TLS certificate and key: {e}")))?;
+    Ok(pgwire::tokio::TlsAcceptor::from(Arc::new(config)))
+}
+
 /// A server bound to its address, not yet accepting.
 pub struct Server {
     listener: TcpListener,
-    handlers: Arc<CulpritHandlers>,
+    store: Store,
+    engine: Arc<culprit_sql::Engine>,
+    shared: Arc<handlers::Shared>,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    slots: Arc<Semaphore>,
+    query_memory: Option<usize>,
 }
 
 impl Server {
-    /// Binds `listen` (e.g. `127.0.0.1:5433`, or port 0 for any free port).
-    pub async fn bind(ctx: Arc<SessionContext>, listen: &str) -> std::io::Result<Server> {
-        prepare_session(&ctx)?;
+    /// Binds `listen` (e.g. `127.0.0.1:5433`, or port 0 for any free port)
+    /// with the default options.
+    pub async fn bind(store: Store, listen: &str) -> std::io::Result<Server> {
+        Server::bind_with(store, listen, ServerOptions::default()).await
+    }
+
+    /// Binds `listen`. Without users, only a loopback address is accepted:
+    /// anyone who can reach the port could read everything.
+    pub async fn bind_with(
+        store: Store,
+        listen: &str,
+        opts: ServerOptions,
+    ) -> std::io::Result<Server> {
+        if opts.tls_required && opts.tls.is_none() {
+            return Err(io_err(
+                "--tls-required needs a certificate and key (--tls-cert, --tls-key)".into(),
+            ));
+        }
+        let tls = opts.tls.as_ref().map(load_tls).transpose()?;
         let listener = TcpListener::bind(listen).await.map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}"))
         })?;
+        let addr = listener.local_addr()?;
+        if opts.users.is_none() && !addr.ip().is_loopback() {
+            return Err(io_err(format!(
+                "refusing to listen on {addr} without authentication: anyone who reaches \
+                 this address could read all telemetry. Give --users FILE (culprit user add \
+                 writes it), or listen on 127.0.0.1"
+            )));
+        }
+        // One session up front: a broken store or catalog fails here, not
+        // at the first client.
+        let engine = Arc::new(culprit_sql::Engine::new(store.clone()));
+        let probe = culprit_sql::session_with(
+            store.clone(),
+            engine.clone(),
+            culprit_sql::default_config(),
+            opts.query_memory,
+        )
+        .await
+        .map_err(|e| io_err(format!("cannot open the SQL session: {e}")))?;
+        prepare_session(&probe)?;
         Ok(Server {
             listener,
-            handlers: Arc::new(CulpritHandlers::new(ctx)),
+            store,
+            engine,
+            slots: Arc::new(Semaphore::new(opts.max_connections)),
+            shared: Arc::new(handlers::Shared {
+                users: opts.users.map(Arc::new),
+                tls_required: opts.tls_required,
+                max_connections: opts.max_connections,
+                statement_timeout: opts.statement_timeout,
+                connections: Arc::new(ConnectionManager::new()),
+                running: Arc::new(Mutex::new(Vec::new())),
+            }),
+            tls,
+            query_memory: opts.query_memory,
         })
     }
 
@@ -62,9 +187,23 @@ impl Server {
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);
-                        let handlers = self.handlers.clone();
+                        // Over the limit, the connection is still served: it
+                        // is told why (53300) at startup.
+                        let permit = self.slots.clone().try_acquire_owned().ok();
+                        let shared = self.shared.clone();
+                        let (store, engine, memory) =
+                            (self.store.clone(), self.engine.clone(), self.query_memory);
+                        let tls = self.tls.clone();
                         connections.spawn(async move {
-                            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                            let ctx = match session(store, engine, memory).await {
+                                Ok(ctx) => ctx,
+                                Err(e) => {
+                                    log::warn!("connection from {peer}: {e}");
+                                    return;
+                                }
+                            };
+                            let handlers = Arc::new(CulpritHandlers::new(Arc::new(ctx), shared, permit));
+                            if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                                 log::info!("connection from {peer} ended: {e}");
                             }
                         });
@@ -77,4 +216,17 @@ impl Server {
         connections.shutdown().await;
         Ok(())
     }
+}
+
+/// The session of one connection.
+async fn session(
+    store: Store,
+    engine: Arc<culprit_sql::Engine>,
+    memory: Option<usize>,
+) -> std::io::Result<SessionContext> {
+    let ctx = culprit_sql::session_with(store, engine, culprit_sql::default_config(), memory)
+        .await
+        .map_err(|e| io_err(format!("cannot open the SQL session: {e}")))?;
+    prepare_session(&ctx)?;
+    Ok(ctx)
 }

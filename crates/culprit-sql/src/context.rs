@@ -36,8 +36,24 @@ pub async fn session(store: Store) -> Result<SessionContext> {
 
 /// A session over the store: its tables, views and functions.
 pub async fn session_with_config(store: Store, config: SessionConfig) -> Result<SessionContext> {
-    let runtime = RuntimeEnvBuilder::new().build_arc()?;
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    let engine = Arc::new(crate::Engine::new(store.clone()));
+    session_with(store, engine, config, None).await
+}
+
+/// A session sharing `engine` (its dataset cache) with other sessions, with
+/// its own memory pool of `memory_limit` bytes when given: a query that
+/// needs more fails with "Resources exhausted" (SQLSTATE 53200 on the wire).
+pub async fn session_with(
+    store: Store,
+    engine: Arc<crate::Engine>,
+    config: SessionConfig,
+    memory_limit: Option<usize>,
+) -> Result<SessionContext> {
+    let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(limit) = memory_limit {
+        runtime = runtime.with_memory_limit(limit, 1.0);
+    }
+    let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
     ctx.register_object_store(store.base_url(), store.object_store());
     for table in Table::ALL {
         ctx.register_table(
@@ -48,6 +64,6 @@ pub async fn session_with_config(store: Store, config: SessionConfig) -> Result<
     for (name, sql) in VIEWS {
         ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await?;
     }
-    udf::register_all(&ctx, Arc::new(crate::Engine::new(store)));
+    udf::register_all(&ctx, engine);
     Ok(ctx)
 }

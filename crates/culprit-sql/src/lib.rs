@@ -9,7 +9,7 @@ mod engine;
 mod table;
 pub mod udf;
 
-pub use context::{session, session_with_config, VIEWS};
+pub use context::{default_config, session, session_with, session_with_config, VIEWS};
 pub use engine::Engine;
 pub use table::StoreTable;
 
