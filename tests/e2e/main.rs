@@ -5,6 +5,7 @@ mod common;
 mod faults;
 mod ingest;
 mod s3;
+mod security;
 mod server;
 mod slt;
 mod spark;

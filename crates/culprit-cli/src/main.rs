@@ -376,7 +376,11 @@ fn user_add(path: &std::path::Path, role: &str, name: &str) -> Result<(), BoxErr
     }
     std::fs::rename(&tmp, path)?;
     culprit_server::Users::load(path)?;
-    eprintln!("user {name} ({}) written to {}", role.name(), path.display());
+    eprintln!(
+        "user {name} ({}) written to {}",
+        role.name(),
+        path.display()
+    );
     Ok(())
 }
 

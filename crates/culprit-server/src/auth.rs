@@ -98,8 +98,12 @@ impl Users {
                 return Err(bad(&format!("iterations must be {SCRAM_ITERATIONS}")));
             }
             let role = f[1].parse::<Role>().map_err(|e| bad(&e))?;
-            let salt = STANDARD.decode(f[4]).map_err(|e| bad(&format!("salt: {e}")))?;
-            let salted = STANDARD.decode(f[5]).map_err(|e| bad(&format!("secret: {e}")))?;
+            let salt = STANDARD
+                .decode(f[4])
+                .map_err(|e| bad(&format!("salt: {e}")))?;
+            let salted = STANDARD
+                .decode(f[5])
+                .map_err(|e| bad(&format!("secret: {e}")))?;
             if salted.len() != 32 {
                 return Err(bad("the secret is not a SHA-256 SaltedPassword"));
             }
@@ -124,9 +128,7 @@ impl Users {
         if password.is_empty() {
             return Err("empty password".into());
         }
-        let salt = STANDARD
-            .decode(random_nonce())
-            .map_err(|e| e.to_string())?;
+        let salt = STANDARD.decode(random_nonce()).map_err(|e| e.to_string())?;
         let salted = gen_salted_password(password, &salt, SCRAM_ITERATIONS);
         Ok(format!(
             "{name}:{}:scram-sha-256:{SCRAM_ITERATIONS}:{}:{}",

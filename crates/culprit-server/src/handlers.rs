@@ -27,13 +27,13 @@ use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::Portal;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::Response;
-use pgwire::messages::data::DataRow;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionManager, ErrorHandler, PgWireServerHandlers,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::data::DataRow;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
@@ -83,9 +83,11 @@ impl CulpritHandlers {
                 let mut scram = ScramAuth::new(users.clone());
                 scram.set_iterations(pgwire::api::auth::sasl::scram::SCRAM_ITERATIONS);
                 Auth::Scram(
-                    SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
-                        .with_scram(scram)
-                        .with_connection_manager(shared.connections.clone()),
+                    SASLAuthStartupHandler::new(
+                        Arc::new(DefaultServerParameterProvider::default()),
+                    )
+                    .with_scram(scram)
+                    .with_connection_manager(shared.connections.clone()),
                 )
             }
             None => Auth::None(NoAuth {
@@ -143,7 +145,11 @@ pub struct Startup {
 
 #[async_trait]
 impl StartupHandler for Startup {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -182,7 +188,11 @@ struct ReadOnly {
 }
 
 impl ReadOnly {
-    fn check(&self, statement: &Statement, client: &(dyn ClientInfo + Send + Sync)) -> Option<PgWireError> {
+    fn check(
+        &self,
+        statement: &Statement,
+        client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireError> {
         let allowed = matches!(
             statement,
             Statement::Query(_)
@@ -306,7 +316,11 @@ impl Service {
         // `SET statement_timeout` (kept by datafusion-postgres in the
         // connection's metadata) wins over the server's default.
         let timeout = match client.metadata().get("statement_timeout_ms") {
-            Some(ms) => ms.parse::<u64>().ok().filter(|ms| *ms > 0).map(Duration::from_millis),
+            Some(ms) => ms
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
             None => self.shared.statement_timeout,
         };
         let (pid, secret) = client.pid_and_secret_key();
@@ -385,7 +399,14 @@ impl Stream for Guarded {
             let n = self.guard.cancel.clone();
             self.notified = Some(Box::pin(async move { n.notified().await }));
         }
-        if self.notified.as_mut().expect("set").as_mut().poll(cx).is_ready() {
+        if self
+            .notified
+            .as_mut()
+            .expect("set")
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+        {
             self.done = true;
             return Poll::Ready(Some(Err(cancel_error())));
         }
@@ -413,7 +434,11 @@ impl SimpleQueryHandler for Service {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let guard = Arc::new(self.begin(client));
-        let responses = Self::guarded(&guard, SimpleQueryHandler::do_query(&*self.inner, client, query)).await?;
+        let responses = Self::guarded(
+            &guard,
+            SimpleQueryHandler::do_query(&*self.inner, client, query),
+        )
+        .await?;
         Ok(responses
             .into_iter()
             .map(|r| Self::wrap(r, guard.clone()))
@@ -443,8 +468,11 @@ impl ExtendedQueryHandler for Service {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let guard = Arc::new(self.begin(client));
-        let response =
-            Self::guarded(&guard, ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows)).await?;
+        let response = Self::guarded(
+            &guard,
+            ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows),
+        )
+        .await?;
         Ok(Self::wrap(response, guard))
     }
 }
@@ -471,7 +499,10 @@ impl CancelHandler for Cancel {
         for n in running {
             n.notify_one();
         }
-        self.shared.connections.cancel(req.pid, &req.secret_key).await;
+        self.shared
+            .connections
+            .cancel(req.pid, &req.secret_key)
+            .await;
     }
 }
 

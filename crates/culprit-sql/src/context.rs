@@ -51,7 +51,13 @@ pub async fn session_with(
 ) -> Result<SessionContext> {
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = memory_limit {
-        runtime = runtime.with_memory_limit(limit, 1.0);
+        // A hard limit: no spilling to disk to get around it.
+        use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+        runtime = runtime
+            .with_memory_limit(limit, 1.0)
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            );
     }
     let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
     ctx.register_object_store(store.base_url(), store.object_store());
