@@ -1,9 +1,11 @@
 //! End-to-end tests: the real `culprit` binary, the real server on a real
 //! port, real clients (tokio-postgres, psql).
 
+mod clients;
 mod common;
 mod faults;
 mod ingest;
+mod load;
 mod s3;
 mod security;
 mod server;

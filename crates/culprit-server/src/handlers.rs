@@ -74,10 +74,14 @@ impl CulpritHandlers {
         let hook: Arc<dyn QueryHook> = Arc::new(ReadOnly {
             users: shared.users.clone(),
         });
-        let mut hooks = vec![hook];
+        let mut hooks = vec![hook, Arc::new(Savepoints) as Arc<dyn QueryHook>];
         // datafusion-postgres' own hooks (SET/SHOW, cursors, transactions).
         hooks.extend(default_hooks());
-        let inner = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
+        let inner = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks));
+        let parser = Arc::new(crate::params::CulpritParser {
+            inner: inner.query_parser(),
+            ctx: ctx.clone(),
+        });
         let startup = match &shared.users {
             Some(users) => {
                 let mut scram = ScramAuth::new(users.clone());
@@ -97,6 +101,8 @@ impl CulpritHandlers {
         CulpritHandlers {
             service: Arc::new(Service {
                 inner,
+                parser,
+                ctx,
                 shared: shared.clone(),
             }),
             startup: Arc::new(Startup {
@@ -213,6 +219,8 @@ impl ReadOnly {
                 | Statement::Close { .. }
                 | Statement::Discard { .. }
                 | Statement::Deallocate { .. }
+                | Statement::Savepoint { .. }
+                | Statement::ReleaseSavepoint { .. }
         );
         if allowed {
             return None;
@@ -229,7 +237,8 @@ impl ReadOnly {
                 "42501",
                 format!(
                     "permission denied: user \"{user}\" is read-only (role read); \
-                     only queries are allowed"
+                     only queries are allowed, not: {}",
+                    statement.to_string().chars().take(80).collect::<String>()
                 ),
             )
         })
@@ -268,10 +277,68 @@ impl QueryHook for ReadOnly {
     }
 }
 
+/// Savepoints (psycopg and SQLAlchemy wrap statements in them): accepted,
+/// with nothing to keep, since sessions change no stored data.
+struct Savepoints;
+
+impl Savepoints {
+    fn tag(statement: &Statement) -> Option<&'static str> {
+        match statement {
+            Statement::Savepoint { .. } => Some("SAVEPOINT"),
+            Statement::ReleaseSavepoint { .. } => Some("RELEASE"),
+            Statement::Rollback {
+                savepoint: Some(_), ..
+            } => Some("ROLLBACK"),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait]
+impl QueryHook for Savepoints {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        _ctx: &SessionContext,
+        _client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        Self::tag(statement).map(|t| Ok(Response::Execution(pgwire::api::results::Tag::new(t))))
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        _ctx: &SessionContext,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        Self::tag(statement).map(|_| {
+            Ok(LogicalPlan::EmptyRelation(
+                datafusion::logical_expr::EmptyRelation {
+                    produce_one_row: false,
+                    schema: Arc::new(datafusion::common::DFSchema::empty()),
+                },
+            ))
+        })
+    }
+
+    async fn handle_extended_query(
+        &self,
+        statement: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _ctx: &SessionContext,
+        _client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        Self::tag(statement).map(|t| Ok(Response::Execution(pgwire::api::results::Tag::new(t))))
+    }
+}
+
 /// DataFusion's handling, with the statement timeout and cancel requests
 /// covering execution and the sending of rows, not only planning.
 pub struct Service {
     inner: Arc<DfSessionService>,
+    parser: Arc<crate::params::CulpritParser>,
+    ctx: Arc<SessionContext>,
     shared: Arc<Shared>,
 }
 
@@ -448,11 +515,11 @@ impl SimpleQueryHandler for Service {
 
 #[async_trait]
 impl ExtendedQueryHandler for Service {
-    type Statement = <DfSessionService as ExtendedQueryHandler>::Statement;
-    type QueryParser = <DfSessionService as ExtendedQueryHandler>::QueryParser;
+    type Statement = crate::params::Stmt;
+    type QueryParser = crate::params::CulpritParser;
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
-        self.inner.query_parser()
+        self.parser.clone()
     }
 
     async fn do_query<C>(
@@ -468,11 +535,13 @@ impl ExtendedQueryHandler for Service {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let guard = Arc::new(self.begin(client));
-        let response = Self::guarded(
-            &guard,
-            ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows),
-        )
-        .await?;
+        let response = if crate::params::is_deferred(&portal.statement.statement) {
+            let work = crate::params::run_deferred(&self.ctx, client, portal);
+            Response::Query(Self::guarded(&guard, work).await?)
+        } else {
+            let work = ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows);
+            Self::guarded(&guard, work).await?
+        };
         Ok(Self::wrap(response, guard))
     }
 }

@@ -4,7 +4,9 @@
 //! read-only roles, limits, and errors mapped once to SQLSTATEs.
 
 pub mod auth;
+mod compat;
 mod handlers;
+mod params;
 pub mod sqlstate;
 
 use std::future::Future;
@@ -30,7 +32,9 @@ pub use handlers::CulpritHandlers;
 /// `datafusion`.
 pub fn prepare_session(ctx: &SessionContext) -> std::io::Result<()> {
     setup_pg_catalog(ctx, "datafusion", Arc::new(AuthManager::default()))
-        .map_err(|e| std::io::Error::other(format!("cannot set up pg_catalog: {e}")))
+        .map_err(|e| std::io::Error::other(format!("cannot set up pg_catalog: {e}")))?;
+    compat::register(ctx);
+    Ok(())
 }
 
 /// TLS: a certificate chain and its private key, PEM files.

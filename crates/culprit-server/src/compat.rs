@@ -1,0 +1,259 @@
+//! Functions PostgreSQL clients call that DataFusion lacks or answers in
+//! its own way: `version()` in PostgreSQL's form (SQLAlchemy, JDBC and
+//! Grafana parse it), `current_setting(name)` (Grafana's query builder) and
+//! `to_regtype(name)` (psycopg's type lookup, which SQLAlchemy runs).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::prelude::SessionContext;
+
+/// The server version clients see: PostgreSQL's protocol and catalog level,
+/// then what really answers.
+pub const VERSION: &str = concat!(
+    "PostgreSQL 16.0 (culprit ",
+    env!("CARGO_PKG_VERSION"),
+    ", Apache DataFusion 55) on x86_64-pc-linux-gnu"
+);
+
+fn setting(name: &str) -> Option<&'static str> {
+    match name.to_ascii_lowercase().as_str() {
+        "search_path" => Some("\"$user\", public"),
+        "server_version" => Some("16.0"),
+        "server_version_num" => Some("160000"),
+        "server_encoding" | "client_encoding" => Some("UTF8"),
+        "timezone" => Some("UTC"),
+        "datestyle" => Some("ISO, MDY"),
+        "integer_datetimes" => Some("on"),
+        "standard_conforming_strings" => Some("on"),
+        "default_transaction_read_only" | "transaction_read_only" => Some("on"),
+        "max_identifier_length" => Some("63"),
+        _ => None,
+    }
+}
+
+/// The oid of a built-in type name (`to_regtype`); NULL for any other
+/// (there are no extension types such as `hstore`).
+fn type_oid(name: &str) -> Option<i32> {
+    let name = name
+        .trim()
+        .trim_start_matches("pg_catalog.")
+        .to_ascii_lowercase();
+    Some(match name.as_str() {
+        "bool" | "boolean" => 16,
+        "bytea" => 17,
+        "int8" | "bigint" => 20,
+        "int2" | "smallint" => 21,
+        "int4" | "integer" | "int" => 23,
+        "text" => 25,
+        "oid" => 26,
+        "json" => 114,
+        "float4" | "real" => 700,
+        "float8" | "double precision" => 701,
+        "varchar" | "character varying" => 1043,
+        "date" => 1082,
+        "timestamp" | "timestamp without time zone" => 1114,
+        "timestamptz" | "timestamp with time zone" => 1184,
+        "interval" => 1186,
+        "numeric" => 1700,
+        "uuid" => 2950,
+        "jsonb" => 3802,
+        _ => return None,
+    })
+}
+
+pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+        JsonBuildObject::new(),
+    ));
+    // One schema on the path: every collation and function is visible.
+    for name in ["pg_collation_is_visible", "pg_function_is_visible"] {
+        ctx.register_udf(create_udf(
+            name,
+            vec![DataType::Int32],
+            DataType::Boolean,
+            Volatility::Stable,
+            Arc::new(|_args: &[ColumnarValue]| {
+                Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))
+            }),
+        ));
+    }
+    // Function signatures are not in the catalog (DataFusion's functions
+    // are listed in information_schema.routines).
+    for name in ["pg_get_function_result", "pg_get_function_arguments"] {
+        ctx.register_udf(create_udf(
+            name,
+            vec![DataType::Int32],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+        ));
+    }
+    // No table has a serial column or identity sequence.
+    ctx.register_udf(create_udf(
+        "pg_get_serial_sequence",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    ));
+    let to_regtype = create_udf(
+        "to_regtype",
+        vec![DataType::Utf8],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arr: ArrayRef = match &args[0] {
+                ColumnarValue::Scalar(s) => s.to_array()?,
+                ColumnarValue::Array(a) => a.clone(),
+            };
+            let names = arr.as_string::<i32>();
+            let out: datafusion::arrow::array::Int32Array = (0..names.len())
+                .map(|i| {
+                    (!names.is_null(i))
+                        .then(|| type_oid(names.value(i)))
+                        .flatten()
+                })
+                .collect();
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
+            })
+        }),
+    );
+    ctx.register_udf(to_regtype);
+    let version = create_udf(
+        "version",
+        vec![],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(|_args: &[ColumnarValue]| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                VERSION.into(),
+            ))))
+        }),
+    );
+    ctx.register_udf(version);
+    let current_setting = create_udf(
+        "current_setting",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arr: ArrayRef = match &args[0] {
+                ColumnarValue::Scalar(s) => s.to_array()?,
+                ColumnarValue::Array(a) => a.clone(),
+            };
+            let names = arr.as_string::<i32>();
+            let out: StringArray = (0..names.len())
+                .map(|i| {
+                    if names.is_null(i) {
+                        None
+                    } else {
+                        setting(names.value(i))
+                    }
+                })
+                .collect();
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
+            })
+        }),
+    );
+    ctx.register_udf(current_setting);
+}
+
+/// `json_build_object(k1, v1, ...)`: a JSON object as text (SQLAlchemy's
+/// column reflection builds identity options with it).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct JsonBuildObject {
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl JsonBuildObject {
+    pub fn new() -> Self {
+        JsonBuildObject {
+            signature: datafusion::logical_expr::Signature::variadic_any(Volatility::Immutable),
+        }
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let n = args.number_rows;
+        let arrays: Vec<ArrayRef> = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<datafusion::common::Result<_>>()?;
+        let text: Vec<ArrayRef> = arrays
+            .iter()
+            .map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8))
+            .collect::<Result<_, _>>()?;
+        let out: StringArray = (0..n)
+            .map(|row| {
+                let mut obj = serde_json_lite::Object::default();
+                for pair in text.chunks(2) {
+                    let k = pair[0].as_string::<i32>();
+                    let key = if k.is_null(row) { "" } else { k.value(row) };
+                    let v = pair.get(1).map(|v| v.as_string::<i32>());
+                    let value = v.and_then(|v| (!v.is_null(row)).then(|| v.value(row)));
+                    obj.push(key, value);
+                }
+                Some(obj.finish())
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// Just enough JSON writing for `json_build_object` (strings and nulls).
+mod serde_json_lite {
+    #[derive(Default)]
+    pub struct Object(Vec<String>);
+
+    fn quote(s: &str) -> String {
+        let mut o = String::with_capacity(s.len() + 2);
+        o.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => o.push_str("\\\""),
+                '\\' => o.push_str("\\\\"),
+                '\n' => o.push_str("\\n"),
+                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+                c => o.push(c),
+            }
+        }
+        o.push('"');
+        o
+    }
+
+    impl Object {
+        pub fn push(&mut self, key: &str, value: Option<&str>) {
+            let v = value.map_or("null".to_string(), quote);
+            self.0.push(format!("{}: {v}", quote(key)));
+        }
+        pub fn finish(self) -> String {
+            format!("{{{}}}", self.0.join(", "))
+        }
+    }
+}

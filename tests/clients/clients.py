@@ -1,0 +1,176 @@
+"""Real Python clients against a running culprit server (the demo workload).
+
+usage: python3 clients.py HOST PORT CLIENT...   (CLIENT: psycopg asyncpg sqlalchemy pgcli grafana)
+
+Each client does what its users do; every check prints one line, and the
+script exits 1 on the first failure with the client's own error.
+"""
+
+import asyncio
+import datetime
+import sys
+
+HOST, PORT = sys.argv[1], int(sys.argv[2])
+DSN = f"postgresql://culprit@{HOST}:{PORT}/culprit"
+
+
+def ok(what):
+    print(f"ok  {what}", flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    ok(what)
+
+
+def psycopg_suite():
+    import psycopg
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        # Server-side binding (the extended protocol), text results.
+        cur = conn.execute(
+            "SELECT culprit_kind, culprit_query, blame_seconds FROM culprits(%s) "
+            "ORDER BY blame_seconds DESC",
+            ["q-victim"],
+        )
+        rows = cur.fetchall()
+        check(rows and rows[0][1] == "q-culprit", f"psycopg: culprits with a bound parameter -> {rows[0]}")
+        check(isinstance(rows[0][2], float), "psycopg: float result")
+        # Binary results.
+        cur = conn.cursor(binary=True)
+        cur.execute("SELECT count(*), sum(cpu_seconds) FROM tasks WHERE query_id = %s", ["q-victim"])
+        n, cpu = cur.fetchone()
+        check(n > 0 and cpu > 0, f"psycopg: binary results -> {n}, {cpu:.2f}")
+        # Timestamps with time zone.
+        cur = conn.execute("SELECT launch_time FROM tasks ORDER BY launch_time LIMIT 1")
+        (t,) = cur.fetchone()
+        check(
+            isinstance(t, datetime.datetime) and t.tzinfo is not None,
+            f"psycopg: timestamptz -> {t!r}",
+        )
+        cur = conn.cursor(binary=True)
+        cur.execute("SELECT launch_time FROM tasks ORDER BY launch_time LIMIT 1")
+        (tb,) = cur.fetchone()
+        check(tb == t, f"psycopg: binary timestamptz equals text -> {tb!r}")
+        # Timestamp parameters.
+        cur = conn.execute(
+            "SELECT count(*) FROM tasks WHERE launch_time >= %s", [t]
+        )
+        check(cur.fetchone()[0] > 0, "psycopg: timestamptz parameter")
+        # NULLs, text, JSON text.
+        cur = conn.execute("SELECT tags FROM queries WHERE query_id = %s", ["q-victim"])
+        cur.fetchone()
+        ok("psycopg: text column")
+
+
+async def asyncpg_main():
+    import asyncpg
+
+    conn = await asyncpg.connect(host=HOST, port=PORT, user="culprit", database="culprit")
+    try:
+        stmt = await conn.prepare(
+            "SELECT culprit_query, blame_seconds FROM culprits($1) ORDER BY blame_seconds DESC"
+        )
+        rows = await stmt.fetch("q-victim")
+        check(rows[0]["culprit_query"] == "q-culprit", f"asyncpg: prepared statement -> {tuple(rows[0])}")
+        attrs = [a.name for a in stmt.get_attributes()]
+        check("blame_seconds" in attrs, f"asyncpg: statement attributes {attrs}")
+        t = await conn.fetchval("SELECT min(launch_time) FROM tasks")
+        check(isinstance(t, datetime.datetime) and t.tzinfo is not None, f"asyncpg: timestamptz -> {t!r}")
+        n = await conn.fetchval("SELECT count(*) FROM tasks WHERE query_id = $1 AND launch_time >= $2", "q-victim", t)
+        check(n > 0, f"asyncpg: text and timestamp parameters -> {n}")
+        v = await conn.fetchval("SELECT 'NaN'::double precision")
+        check(v != v, "asyncpg: NaN")
+    finally:
+        await conn.close()
+
+
+def asyncpg_suite():
+    asyncio.run(asyncpg_main())
+
+
+def sqlalchemy_suite():
+    import pandas
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://culprit@{HOST}:{PORT}/culprit")
+    insp = sqlalchemy.inspect(engine)
+    tables = insp.get_table_names()
+    check({"queries", "stages", "tasks", "task_windows", "host_windows", "executors"} <= set(tables), f"sqlalchemy: get_table_names -> {sorted(tables)}")
+    # inspect().get_columns() is not run: its reflection query has a
+    # correlated scalar subquery DataFusion cannot plan (docs/clients.md).
+    df = pandas.read_sql("SELECT * FROM culprits('q-victim')", engine)
+    check(len(df) > 0 and df.iloc[0]["culprit_query"] == "q-culprit", f"pandas.read_sql -> {len(df)} rows")
+    df = pandas.read_sql(
+        sqlalchemy.text("SELECT q.\"user\", sum(b.blame_seconds) AS s FROM blame(NULL) b JOIN queries q ON b.culprit_query = q.query_id GROUP BY q.\"user\" ORDER BY s DESC"),
+        engine,
+    )
+    check(len(df) > 0, f"pandas: blame joined with queries by user -> {df.iloc[0].to_dict()}")
+
+
+def pgcli_suite():
+    from pgcli.pgexecute import PGExecute
+
+    ex = PGExecute(database="culprit", user="culprit", password=None, host=HOST, port=PORT, dsn=None)
+    schemas = list(ex.schemata())
+    check("public" in schemas, f"pgcli: schemata -> {schemas}")
+    tables = list(ex.tables())
+    check(("public", "tasks") in tables, f"pgcli: tables -> {len(tables)}")
+    cols = list(ex.table_columns())
+    check(any(c[1] == "tasks" and c[2] == "launch_time" for c in cols), f"pgcli: table_columns -> {len(cols)}")
+    list(ex.views())
+    ok("pgcli: views")
+    # ex.functions() is not run: pgcli reads proargtypes (an oidvector)
+    # as an array, which the catalog cannot give (docs/clients.md).
+    list(ex.datatypes())
+    ok("pgcli: datatypes")
+    list(ex.databases())
+    ok("pgcli: databases")
+    for result in ex.run("SELECT count(*) FROM culprits('q-victim')"):
+        check(result[1] is not None, f"pgcli: run a query -> {result[3]}")
+
+
+def grafana_suite():
+    """The SQL Grafana's PostgreSQL data source sends, macros expanded."""
+    import psycopg
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute("SELECT 1").fetchone()
+        ok("grafana: health check")
+        # Query builder metadata (the table list query, which expands the
+        # search_path with string_to_array in FROM, is not supported:
+        # docs/clients.md).
+        rows = conn.execute(
+            "SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" FROM information_schema.columns "
+            "WHERE quote_ident(table_name) = 'tasks'"
+        ).fetchall()
+        check(len(rows) > 5, f"grafana: column list -> {len(rows)}")
+        # A time series: $__timeGroupAlias(launch_time, 1m) and $__timeFilter(launch_time).
+        lo, hi = conn.execute("SELECT min(launch_time), max(finish_time) FROM tasks").fetchone()
+        rows = conn.execute(
+            "SELECT floor(extract(epoch from launch_time)/60)*60 AS \"time\", count(*) AS tasks, "
+            "sum(cpu_seconds) AS cpu FROM tasks "
+            f"WHERE launch_time BETWEEN '{lo.isoformat()}' AND '{hi.isoformat()}' "
+            "GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        check(len(rows) > 0 and rows[0][0] is not None, f"grafana: time series -> {len(rows)} points")
+        rows = conn.execute(
+            "SELECT to_timestamp(floor(extract(epoch from launch_time)/60)*60) AS \"time\", "
+            "query_id AS metric, count(*) AS value FROM tasks GROUP BY 1, 2 ORDER BY 1"
+        ).fetchall()
+        check(isinstance(rows[0][0], datetime.datetime), f"grafana: time column as a timestamp -> {rows[0][0]!r}")
+
+
+SUITES = {
+    "psycopg": psycopg_suite,
+    "asyncpg": asyncpg_suite,
+    "sqlalchemy": sqlalchemy_suite,
+    "pgcli": pgcli_suite,
+    "grafana": grafana_suite,
+}
+
+if __name__ == "__main__":
+    for name in sys.argv[3:]:
+        print(f"== {name}", flush=True)
+        SUITES[name]()

@@ -1,0 +1,116 @@
+//! The compatibility suite: real clients against the real server on a free
+//! port, over the demo workload. `.ci/run` installs them (PyPI: psycopg,
+//! asyncpg, SQLAlchemy, pandas, pgcli; Debian: libpostgresql-jdbc-java);
+//! a missing client fails the test with what to install.
+
+use std::net::SocketAddr;
+use std::process::Command;
+
+use culprit_store::Store;
+
+use crate::common::{demo_store, psql, repo_root, start_server};
+
+fn python_suite(addr: SocketAddr, suite: &str) {
+    let script = repo_root().join("tests/clients/clients.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([&addr.ip().to_string(), &addr.port().to_string(), suite])
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("ModuleNotFoundError") {
+        panic!(
+            "{suite}: the client is not installed (.ci/run installs psycopg[binary] asyncpg \
+             sqlalchemy pandas pgcli from PyPI):\n{stderr}"
+        );
+    }
+    assert!(out.status.success(), "{suite}:\n{stdout}\n{stderr}");
+    eprint!("{stdout}");
+}
+
+// The clients block their threads: the server needs its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_clients() {
+    let (_tmp, store) = demo_store();
+    let (addr, _h) = start_server(Store::open(&store).unwrap()).await;
+    for suite in ["psycopg", "asyncpg", "sqlalchemy", "pgcli", "grafana"] {
+        let addr = addr;
+        tokio::task::spawn_blocking(move || python_suite(addr, suite))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jdbc() {
+    let jar = "/usr/share/java/postgresql.jar";
+    assert!(
+        std::path::Path::new(jar).exists(),
+        "{jar} is missing: install libpostgresql-jdbc-java (.ci/run does)"
+    );
+    let (tmp, store) = demo_store();
+    let (addr, _h) = start_server(Store::open(&store).unwrap()).await;
+    let classes = tmp.path().join("classes");
+    let out = Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .args(["-cp", jar])
+        .arg(repo_root().join("tests/clients/Jdbc.java"))
+        .output()
+        .expect("javac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("java")
+            .args(["-cp", &format!("{jar}:{}", classes.display()), "Jdbc"])
+            .args([&addr.ip().to_string(), &addr.port().to_string()])
+            .output()
+            .expect("java")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches("ok  jdbc").count(), 5, "{stdout}");
+}
+
+/// psql's meta-commands `\df` and `\x` (`\dt` and `\d` are in server.rs).
+/// `\d+` is not supported (its query uses `ARRAY(subquery)`), and psql 15
+/// (Debian 12) has no `\bind`: see docs/clients.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_meta_commands() {
+    let (_tmp, store) = demo_store();
+    let (addr, _h) = start_server(Store::open(&store).unwrap()).await;
+    let out = tokio::task::spawn_blocking(move || {
+        let d = psql(addr, &["-c", "\\df"]);
+        let x = psql(
+            addr,
+            &[
+                "-x",
+                "-c",
+                "SELECT culprit_query, blame_seconds FROM culprits('q-victim') LIMIT 1",
+            ],
+        );
+        (d, x)
+    })
+    .await
+    .unwrap();
+    let (d, x) = out;
+    let text = String::from_utf8_lossy(&d.stdout);
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    assert!(text.contains("List of functions"), "{text}");
+    let text = String::from_utf8_lossy(&x.stdout);
+    assert!(x.status.success(), "{}", String::from_utf8_lossy(&x.stderr));
+    assert!(
+        text.contains("-[ RECORD 1 ]") && text.contains("culprit_query | q-culprit"),
+        "{text}"
+    );
+}
