@@ -35,7 +35,6 @@ async fn python_clients() {
     let (_tmp, store) = demo_store();
     let (addr, _h) = start_server(Store::open(&store).unwrap()).await;
     for suite in ["psycopg", "asyncpg", "sqlalchemy", "pgcli", "grafana"] {
-        let addr = addr;
         tokio::task::spawn_blocking(move || python_suite(addr, suite))
             .await
             .unwrap();

@@ -95,7 +95,9 @@ async fn scram_passwords_and_roles() {
     assert_eq!(code(&e), "42P01", "sessions are per connection: {e:?}");
 
     for (user, pw) in [("alice", "wrong"), ("mallory", "alice-pw")] {
-        let e = login(addr, user, pw).await.err().expect("refused");
+        let Err(e) = login(addr, user, pw).await else {
+            panic!("refused")
+        };
         assert_eq!(code(&e), "28P01", "{user}: {e:?}");
     }
 }
@@ -215,7 +217,9 @@ async fn connection_limit_then_room_again() {
     .await;
     let a = connect(addr).await;
     let b = connect(addr).await;
-    let e = login(addr, "x", "y").await.err().expect("third refused");
+    let Err(e) = login(addr, "x", "y").await else {
+        panic!("third refused")
+    };
     assert_eq!(code(&e), "53300", "{e:?}");
     drop(a);
     // The slot comes back once the first connection is gone.

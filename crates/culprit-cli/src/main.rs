@@ -77,7 +77,7 @@ impl ServerArgs {
             max_connections: self.max_connections.max(1),
             statement_timeout: (self.statement_timeout > 0.0)
                 .then(|| std::time::Duration::from_secs_f64(self.statement_timeout)),
-            query_memory: (self.query_memory_mb > 0).then(|| self.query_memory_mb << 20),
+            query_memory: (self.query_memory_mb > 0).then_some(self.query_memory_mb << 20),
         })
     }
 }

@@ -40,6 +40,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use crate::auth::{Role, Users};
 use crate::sqlstate;
 
+/// Running statements, by (pid, secret key), for cancel requests.
+pub type Running = Arc<Mutex<Vec<((i32, Vec<u8>), Arc<Notify>)>>>;
+
 /// What every connection of a server shares.
 pub struct Shared {
     pub users: Option<Arc<Users>>,
@@ -48,8 +51,7 @@ pub struct Shared {
     /// Applies when the client did not `SET statement_timeout`.
     pub statement_timeout: Option<Duration>,
     pub connections: Arc<ConnectionManager>,
-    /// Running statements, by (pid, secret key), for cancel requests.
-    pub running: Arc<Mutex<Vec<((i32, Vec<u8>), Arc<Notify>)>>>,
+    pub running: Running,
 }
 
 fn user_error(severity: &str, code: &str, msg: String) -> PgWireError {
@@ -348,7 +350,7 @@ struct Guard {
     timeout: Option<Duration>,
     cancel: Arc<Notify>,
     key: (i32, Vec<u8>),
-    running: Arc<Mutex<Vec<((i32, Vec<u8>), Arc<Notify>)>>>,
+    running: Running,
 }
 
 impl Drop for Guard {

@@ -269,15 +269,15 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
             let ext = external(h, t);
             let mut want = [0.0; 4];
             for &i in &running {
-                for r in 0..4 {
-                    want[r] += tasks[i].demand.0[r] / tasks[i].ideal;
+                for (w, d) in want.iter_mut().zip(tasks[i].demand.0) {
+                    *w += d / tasks[i].ideal;
                 }
             }
             let mut share = [1.0; 4];
-            for r in 0..4 {
+            for (r, s) in share.iter_mut().enumerate() {
                 let avail = (caps[r] - ext[r]).max(0.0);
                 if want[r] > avail {
-                    share[r] = avail / want[r];
+                    *s = avail / want[r];
                 }
             }
             let mut used = ext.map(|x| x * dt);
@@ -286,9 +286,9 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
                 // Progress is set by the bottleneck resource.
                 let mut p = 1.0f64;
                 let mut bottleneck = 0;
-                for r in 0..4 {
-                    if task.demand.0[r] > 0.0 && share[r] < p {
-                        p = share[r];
+                for (r, &s) in share.iter().enumerate() {
+                    if task.demand.0[r] > 0.0 && s < p {
+                        p = s;
                         bottleneck = r;
                     }
                 }
