@@ -1,4 +1,5 @@
-//! The five tables of the interchange format (../shared/spec/interchange.md),
+//! The tables of the interchange format (../shared/spec/interchange.md) and
+//! the `executors` table culprit adds,
 //! as stored: one canonical Arrow schema per table.
 //!
 //! Times are `Timestamp(Microsecond, "UTC")`, durations float seconds, amounts

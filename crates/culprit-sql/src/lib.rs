@@ -1,5 +1,5 @@
 //! The SQL layer: a DataFusion `SessionContext` over a culprit store, with
-//! the five tables, views, and the functions of the method.
+//! the six tables, views, and the functions of the method.
 //!
 //! Tables read the store's newest manifest on every scan, so a session sees
 //! data committed while it is open (no restart needed).
