@@ -59,7 +59,10 @@ async fn tokio_postgres_queries_and_errors() {
         ("SELEC 1", "42601"),
         ("SELECT no_such_column FROM tasks", "42703"),
         ("SELECT no_such_function(1)", "42883"),
-        ("SELECT * FROM blame('q-victim', 'victim_stages=sideways')", "22023"),
+        (
+            "SELECT * FROM blame('q-victim', 'victim_stages=sideways')",
+            "22023",
+        ),
         ("SELECT * FROM critical_path('no-such-query')", "22023"),
     ] {
         let err = client.simple_query(sql).await.unwrap_err();
