@@ -21,8 +21,9 @@ fn bench(c: &mut Criterion) {
     let root = std::env::var("CULPRIT_TEST_DATA")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data").into());
     let path = std::path::Path::new(&root).join(LOG);
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (set CULPRIT_TEST_DATA)", path.display()));
+    let bytes: bytes::Bytes = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (set CULPRIT_TEST_DATA)", path.display()))
+        .into();
     let part = spark::decode(LOG, &bytes).expect("decode");
     let text_len = part.text.len() as u64;
     let parts = [part];

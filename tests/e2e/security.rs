@@ -41,6 +41,15 @@ async fn login(
     Ok(client)
 }
 
+/// The real server on a free loopback port over the demo workload.
+async fn serve_demo(
+    opts: ServerOptions,
+) -> (tempfile::TempDir, SocketAddr, tokio::task::JoinHandle<()>) {
+    let (tmp, store) = demo_store();
+    let (addr, handle) = start_server_with(Store::open(&store).unwrap(), opts).await;
+    (tmp, addr, handle)
+}
+
 fn code(e: &tokio_postgres::Error) -> String {
     e.as_db_error()
         .map(|d| d.code().code().to_string())
@@ -58,13 +67,11 @@ fn users() -> Users {
 
 #[tokio::test]
 async fn scram_passwords_and_roles() {
-    let (_tmp, store) = demo_store();
-    let store = Store::open(&store).unwrap();
-    let opts = ServerOptions {
+    let (_tmp, addr, _h) = serve_demo(ServerOptions {
         users: Some(users()),
         ..Default::default()
-    };
-    let (addr, _h) = start_server_with(store, opts).await;
+    })
+    .await;
 
     let alice = login(addr, "alice", "alice-pw")
         .await
@@ -205,15 +212,10 @@ async fn tls_with_psql_and_tls_required() {
 
 #[tokio::test]
 async fn connection_limit_then_room_again() {
-    let (_tmp, store) = demo_store();
-    let store = Store::open(&store).unwrap();
-    let (addr, _h) = start_server_with(
-        store,
-        ServerOptions {
-            max_connections: 2,
-            ..Default::default()
-        },
-    )
+    let (_tmp, addr, _h) = serve_demo(ServerOptions {
+        max_connections: 2,
+        ..Default::default()
+    })
     .await;
     let a = connect(addr).await;
     let b = connect(addr).await;
@@ -242,15 +244,10 @@ async fn connection_limit_then_room_again() {
 
 #[tokio::test]
 async fn statement_timeout_and_cancel_cover_execution() {
-    let (_tmp, store) = demo_store();
-    let store = Store::open(&store).unwrap();
-    let (addr, _h) = start_server_with(
-        store,
-        ServerOptions {
-            statement_timeout: Some(Duration::from_secs(60)),
-            ..Default::default()
-        },
-    )
+    let (_tmp, addr, _h) = serve_demo(ServerOptions {
+        statement_timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    })
     .await;
     let c = connect(addr).await;
     // The client's own setting wins over the server's 60 s.
@@ -285,15 +282,10 @@ async fn statement_timeout_and_cancel_cover_execution() {
 
 #[tokio::test]
 async fn query_memory_limit_fails_the_query_not_the_server() {
-    let (_tmp, store) = demo_store();
-    let store = Store::open(&store).unwrap();
-    let (addr, _h) = start_server_with(
-        store,
-        ServerOptions {
-            query_memory: Some(2 << 20),
-            ..Default::default()
-        },
-    )
+    let (_tmp, addr, _h) = serve_demo(ServerOptions {
+        query_memory: Some(2 << 20),
+        ..Default::default()
+    })
     .await;
     let c = connect(addr).await;
     let e = c

@@ -44,6 +44,34 @@ async fn count(store: &Store, sql: &str) -> i64 {
     b[0].column(0).as_primitive::<Int64Type>().value(0)
 }
 
+/// A float cell, NULL as 0 (a metric the log does not carry; the History
+/// Server shows 0).
+fn float_or_zero(b: &RecordBatch, c: usize, i: usize) -> f64 {
+    let a = b.column(c).as_primitive::<Float64Type>();
+    if a.is_valid(i) {
+        a.value(i)
+    } else {
+        0.0
+    }
+}
+
+/// A timestamp cell, microseconds.
+fn micros(b: &RecordBatch, c: usize, i: usize) -> i64 {
+    b.column(c)
+        .as_primitive::<TimestampMicrosecondType>()
+        .value(i)
+}
+
+/// A History Server time (`2015-05-06T13:03:06.494GMT`), epoch ms.
+fn hs_millis(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_str(
+        &v.as_str().unwrap().replace("GMT", "+0000"),
+        "%Y-%m-%dT%H:%M:%S%.3f%z",
+    )
+    .unwrap()
+    .timestamp_millis()
+}
+
 fn pretty(b: &[RecordBatch]) -> String {
     arrow::util::pretty::pretty_format_batches(b)
         .unwrap()
@@ -206,29 +234,12 @@ async fn tasks_match_the_history_server() {
         let want = format!("local-1430917381534:task:{task}");
         (0..b.num_rows()).find(|&i| ids.value(i) == want)
     };
-    // A metric the log does not carry is NULL; the History Server shows 0.
-    let f = |c: usize, i: usize| {
-        let a = b.column(c).as_primitive::<Float64Type>();
-        if a.is_valid(i) {
-            a.value(i)
-        } else {
-            0.0
-        }
-    };
-    let t = |c: usize, i: usize| {
-        b.column(c)
-            .as_primitive::<TimestampMicrosecondType>()
-            .value(i)
-    };
+    let f = |c: usize, i: usize| float_or_zero(&b, c, i);
+    let t = |c: usize, i: usize| micros(&b, c, i);
     for e in &expect {
         let id = e["taskId"].as_i64().unwrap();
         let i = row_of(id).unwrap_or_else(|| panic!("task {id} not stored"));
-        let launch = chrono::DateTime::parse_from_str(
-            &e["launchTime"].as_str().unwrap().replace("GMT", "+0000"),
-            "%Y-%m-%dT%H:%M:%S%.3f%z",
-        )
-        .unwrap()
-        .timestamp_millis();
+        let launch = hs_millis(&e["launchTime"]);
         assert_eq!(t(3, i) / 1000, launch, "task {id} launch");
         assert_eq!(
             (t(4, i) - t(3, i)) / 1000,
@@ -304,14 +315,6 @@ async fn stages_and_jobs_match_the_history_server() {
         )
         .unwrap()
     };
-    let ms = |v: &Value| {
-        chrono::DateTime::parse_from_str(
-            &v.as_str().unwrap().replace("GMT", "+0000"),
-            "%Y-%m-%dT%H:%M:%S%.3f%z",
-        )
-        .unwrap()
-        .timestamp_millis()
-    };
     for s in read("stage_list_json_expectation.json") {
         let id = s["stageId"].as_i64().unwrap();
         let b = query(
@@ -326,8 +329,16 @@ async fn stages_and_jobs_match_the_history_server() {
                 .value(0)
                 / 1000
         };
-        assert_eq!(t(0), ms(&s["submissionTime"]), "stage {id} submitted");
-        assert_eq!(t(1), ms(&s["completionTime"]), "stage {id} completed");
+        assert_eq!(
+            t(0),
+            hs_millis(&s["submissionTime"]),
+            "stage {id} submitted"
+        );
+        assert_eq!(
+            t(1),
+            hs_millis(&s["completionTime"]),
+            "stage {id} completed"
+        );
         let attrs: Value =
             serde_json::from_str(b[0].column(2).as_string::<i32>().value(0)).unwrap();
         assert_eq!(attrs["num_tasks"], s["numTasks"], "stage {id}");
@@ -666,19 +677,8 @@ async fn blame_on_a_spark_log() {
     .await;
     let mut blocked = 0.0;
     for b in &t {
-        let f = |c: usize, i: usize| {
-            let a = b.column(c).as_primitive::<Float64Type>();
-            if a.is_valid(i) {
-                a.value(i)
-            } else {
-                0.0
-            }
-        };
-        let ts = |c: usize, i: usize| {
-            b.column(c)
-                .as_primitive::<TimestampMicrosecondType>()
-                .value(i)
-        };
+        let f = |c: usize, i: usize| float_or_zero(b, c, i);
+        let ts = |c: usize, i: usize| micros(b, c, i);
         for i in 0..b.num_rows() {
             blocked += f(0, i).max(f(1, i)) + f(2, i) + f(3, i);
             blocked += (ts(5, i) - ts(4, i)) as f64 / 1e6;

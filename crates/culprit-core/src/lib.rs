@@ -5,6 +5,7 @@
 //! plain Rust over Arrow arrays and petgraph, so it can be unit- and
 //! property-tested on its own. The SQL layer (`culprit-sql`) wraps it.
 
+pub mod batches;
 pub mod method;
 pub mod ratp;
 pub mod schema;

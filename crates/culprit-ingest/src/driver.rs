@@ -239,8 +239,8 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Whether bytes with this digest were ingested before (or in this batch).
-    fn duplicate(&mut self, key: &str) -> bool {
-        self.manifest.source(key).is_some() || !self.seen_keys.insert(key.to_string())
+    fn duplicate(&self, key: &str) -> bool {
+        self.manifest.source(key).is_some() || self.seen_keys.contains(key)
     }
 
     /// Checks raw rows of one table and buffers the good ones. `locate`
@@ -308,6 +308,7 @@ impl Ctx<'_> {
                 self.report.duplicate_files += 1;
                 continue;
             }
+            self.seen_keys.insert(key.clone());
             self.report.files += 1;
             let raw = match formats::read(format, bytes) {
                 Ok(raw) => raw,
@@ -333,19 +334,19 @@ impl Ctx<'_> {
     async fn read_logs(&mut self, logs: Vec<LogUnit>) -> Result<()> {
         for log in logs {
             let mut hasher = Sha256::new();
-            let mut raw_parts: Vec<(String, Vec<u8>)> = Vec::with_capacity(log.parts.len());
+            let mut raw_parts: Vec<(String, bytes::Bytes)> = Vec::with_capacity(log.parts.len());
             for part in &log.parts {
                 let bytes = part.read().await?;
                 hasher.update(&bytes);
                 self.progress.advance(&part.name, part.size);
-                raw_parts.push((part.name.clone(), bytes.to_vec()));
+                raw_parts.push((part.name.clone(), bytes));
             }
             if raw_parts.is_empty() {
                 continue;
             }
             let files = raw_parts.len();
             let key = hex::encode(hasher.finalize());
-            if self.manifest.source(&key).is_some() || self.seen_keys.contains(&key) {
+            if self.duplicate(&key) {
                 self.report.duplicate_files += files;
                 continue;
             }
@@ -396,7 +397,7 @@ impl Ctx<'_> {
         &mut self,
         name: &str,
         state: spark::LogState,
-        raw_parts: Vec<(String, Vec<u8>)>,
+        raw_parts: Vec<(String, bytes::Bytes)>,
         explicit: bool,
     ) -> Result<LogOutcome> {
         let mut parts = Vec::with_capacity(raw_parts.len());

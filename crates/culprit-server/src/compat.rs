@@ -1,7 +1,8 @@
 //! Functions PostgreSQL clients call that DataFusion lacks or answers in
 //! its own way: `version()` in PostgreSQL's form (SQLAlchemy, JDBC and
 //! Grafana parse it), `current_setting(name)` (Grafana's query builder) and
-//! `to_regtype(name)` (psycopg's type lookup, which SQLAlchemy runs).
+//! `to_regtype(name)` (psycopg's type lookup, which SQLAlchemy runs), and
+//! the catalog functions psql, pgcli and SQLAlchemy's reflection call.
 
 use std::sync::Arc;
 
@@ -65,109 +66,83 @@ fn type_oid(name: &str) -> Option<i32> {
     })
 }
 
+/// A function of constant result (the catalog has nothing to look up).
+fn constant(ctx: &SessionContext, name: &str, args: Vec<DataType>, value: ScalarValue) {
+    let ty = value.data_type();
+    ctx.register_udf(create_udf(
+        name,
+        args,
+        ty,
+        Volatility::Stable,
+        Arc::new(move |_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(value.clone()))),
+    ));
+}
+
+/// A function of one text argument, answered by `lookup` (NULL in, NULL out).
+fn by_name<T>(ctx: &SessionContext, name: &str, lookup: fn(&str) -> Option<T>)
+where
+    T: Send + Sync + 'static,
+    ScalarValue: From<Option<T>>,
+{
+    let ty = ScalarValue::from(None::<T>).data_type();
+    ctx.register_udf(create_udf(
+        name,
+        vec![DataType::Utf8],
+        ty,
+        Volatility::Stable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arr: ArrayRef = match &args[0] {
+                ColumnarValue::Scalar(s) => s.to_array()?,
+                ColumnarValue::Array(a) => a.clone(),
+            };
+            let names = arr.as_string::<i32>();
+            let values: Vec<ScalarValue> = (0..names.len())
+                .map(|i| {
+                    ScalarValue::from(
+                        (!names.is_null(i))
+                            .then(|| lookup(names.value(i)))
+                            .flatten(),
+                    )
+                })
+                .collect();
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => ColumnarValue::Scalar(values[0].clone()),
+                ColumnarValue::Array(_) => {
+                    ColumnarValue::Array(ScalarValue::iter_to_array(values)?)
+                }
+            })
+        }),
+    ));
+}
+
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
         JsonBuildObject::new(),
     ));
+    constant(ctx, "version", vec![], ScalarValue::from(VERSION));
     // One schema on the path: every collation and function is visible.
     for name in ["pg_collation_is_visible", "pg_function_is_visible"] {
-        ctx.register_udf(create_udf(
+        constant(
+            ctx,
             name,
             vec![DataType::Int32],
-            DataType::Boolean,
-            Volatility::Stable,
-            Arc::new(|_args: &[ColumnarValue]| {
-                Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))
-            }),
-        ));
+            ScalarValue::Boolean(Some(true)),
+        );
     }
     // Function signatures are not in the catalog (DataFusion's functions
     // are listed in information_schema.routines).
     for name in ["pg_get_function_result", "pg_get_function_arguments"] {
-        ctx.register_udf(create_udf(
-            name,
-            vec![DataType::Int32],
-            DataType::Utf8,
-            Volatility::Stable,
-            Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
-        ));
+        constant(ctx, name, vec![DataType::Int32], ScalarValue::Utf8(None));
     }
     // No table has a serial column or identity sequence.
-    ctx.register_udf(create_udf(
+    constant(
+        ctx,
         "pg_get_serial_sequence",
         vec![DataType::Utf8, DataType::Utf8],
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
-    ));
-    let to_regtype = create_udf(
-        "to_regtype",
-        vec![DataType::Utf8],
-        DataType::Int32,
-        Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arr: ArrayRef = match &args[0] {
-                ColumnarValue::Scalar(s) => s.to_array()?,
-                ColumnarValue::Array(a) => a.clone(),
-            };
-            let names = arr.as_string::<i32>();
-            let out: datafusion::arrow::array::Int32Array = (0..names.len())
-                .map(|i| {
-                    (!names.is_null(i))
-                        .then(|| type_oid(names.value(i)))
-                        .flatten()
-                })
-                .collect();
-            Ok(match &args[0] {
-                ColumnarValue::Scalar(_) => {
-                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-                }
-                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
-            })
-        }),
+        ScalarValue::Utf8(None),
     );
-    ctx.register_udf(to_regtype);
-    let version = create_udf(
-        "version",
-        vec![],
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(|_args: &[ColumnarValue]| {
-            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
-                VERSION.into(),
-            ))))
-        }),
-    );
-    ctx.register_udf(version);
-    let current_setting = create_udf(
-        "current_setting",
-        vec![DataType::Utf8],
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arr: ArrayRef = match &args[0] {
-                ColumnarValue::Scalar(s) => s.to_array()?,
-                ColumnarValue::Array(a) => a.clone(),
-            };
-            let names = arr.as_string::<i32>();
-            let out: StringArray = (0..names.len())
-                .map(|i| {
-                    if names.is_null(i) {
-                        None
-                    } else {
-                        setting(names.value(i))
-                    }
-                })
-                .collect();
-            Ok(match &args[0] {
-                ColumnarValue::Scalar(_) => {
-                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-                }
-                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
-            })
-        }),
-    );
-    ctx.register_udf(current_setting);
+    by_name(ctx, "to_regtype", type_oid);
+    by_name(ctx, "current_setting", |n| setting(n).map(str::to_string));
 }
 
 /// `json_build_object(k1, v1, ...)`: a JSON object as text (SQLAlchemy's
@@ -211,49 +186,19 @@ impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
             .collect::<Result<_, _>>()?;
         let out: StringArray = (0..n)
             .map(|row| {
-                let mut obj = serde_json_lite::Object::default();
+                let mut obj = serde_json::Map::new();
                 for pair in text.chunks(2) {
                     let k = pair[0].as_string::<i32>();
                     let key = if k.is_null(row) { "" } else { k.value(row) };
                     let v = pair.get(1).map(|v| v.as_string::<i32>());
-                    let value = v.and_then(|v| (!v.is_null(row)).then(|| v.value(row)));
-                    obj.push(key, value);
+                    let value = v
+                        .filter(|v| !v.is_null(row))
+                        .map_or(serde_json::Value::Null, |v| v.value(row).into());
+                    obj.insert(key.to_string(), value);
                 }
-                Some(obj.finish())
+                Some(serde_json::Value::Object(obj).to_string())
             })
             .collect();
         Ok(ColumnarValue::Array(Arc::new(out)))
-    }
-}
-
-/// Just enough JSON writing for `json_build_object` (strings and nulls).
-mod serde_json_lite {
-    #[derive(Default)]
-    pub struct Object(Vec<String>);
-
-    fn quote(s: &str) -> String {
-        let mut o = String::with_capacity(s.len() + 2);
-        o.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => o.push_str("\\\""),
-                '\\' => o.push_str("\\\\"),
-                '\n' => o.push_str("\\n"),
-                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-                c => o.push(c),
-            }
-        }
-        o.push('"');
-        o
-    }
-
-    impl Object {
-        pub fn push(&mut self, key: &str, value: Option<&str>) {
-            let v = value.map_or("null".to_string(), quote);
-            self.0.push(format!("{}: {v}", quote(key)));
-        }
-        pub fn finish(self) -> String {
-            format!("{{{}}}", self.0.join(", "))
-        }
     }
 }

@@ -76,7 +76,7 @@ impl CulpritHandlers {
         let hook: Arc<dyn QueryHook> = Arc::new(ReadOnly {
             users: shared.users.clone(),
         });
-        let mut hooks = vec![hook, Arc::new(Savepoints) as Arc<dyn QueryHook>];
+        let mut hooks = vec![hook];
         // datafusion-postgres' own hooks (SET/SHOW, cursors, transactions).
         hooks.extend(default_hooks());
         let inner = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks));
@@ -190,7 +190,7 @@ impl StartupHandler for Startup {
 }
 
 /// `read` users (and everyone without authentication) run queries only:
-/// no DDL or DML through the wire.
+/// no DDL or DML through the wire. Savepoints are answered here too.
 struct ReadOnly {
     users: Option<Arc<Users>>,
 }
@@ -247,6 +247,33 @@ impl ReadOnly {
     }
 }
 
+/// Savepoints (psycopg and SQLAlchemy wrap statements in them) are
+/// accepted with nothing to keep, since sessions change no stored data.
+fn savepoint_tag(statement: &Statement) -> Option<&'static str> {
+    match statement {
+        Statement::Savepoint { .. } => Some("SAVEPOINT"),
+        Statement::ReleaseSavepoint { .. } => Some("RELEASE"),
+        Statement::Rollback {
+            savepoint: Some(_), ..
+        } => Some("ROLLBACK"),
+        _ => None,
+    }
+}
+
+impl ReadOnly {
+    /// What the server answers itself: a denial or a savepoint's tag.
+    fn answer(
+        &self,
+        statement: &Statement,
+        client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<Response>> {
+        if let Some(tag) = savepoint_tag(statement) {
+            return Some(Ok(Response::Execution(pgwire::api::results::Tag::new(tag))));
+        }
+        self.check(statement, client).map(Err)
+    }
+}
+
 #[async_trait]
 impl QueryHook for ReadOnly {
     async fn handle_simple_query(
@@ -255,7 +282,7 @@ impl QueryHook for ReadOnly {
         _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.check(statement, &*client).map(Err)
+        self.answer(statement, &*client)
     }
 
     async fn handle_extended_parse_query(
@@ -264,6 +291,15 @@ impl QueryHook for ReadOnly {
         _ctx: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
+        if savepoint_tag(statement).is_some() {
+            // Nothing to plan: the execute step answers with the tag.
+            return Some(Ok(LogicalPlan::EmptyRelation(
+                datafusion::logical_expr::EmptyRelation {
+                    produce_one_row: false,
+                    schema: Arc::new(datafusion::common::DFSchema::empty()),
+                },
+            )));
+        }
         self.check(statement, client).map(Err)
     }
 
@@ -275,63 +311,7 @@ impl QueryHook for ReadOnly {
         _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.check(statement, &*client).map(Err)
-    }
-}
-
-/// Savepoints (psycopg and SQLAlchemy wrap statements in them): accepted,
-/// with nothing to keep, since sessions change no stored data.
-struct Savepoints;
-
-impl Savepoints {
-    fn tag(statement: &Statement) -> Option<&'static str> {
-        match statement {
-            Statement::Savepoint { .. } => Some("SAVEPOINT"),
-            Statement::ReleaseSavepoint { .. } => Some("RELEASE"),
-            Statement::Rollback {
-                savepoint: Some(_), ..
-            } => Some("ROLLBACK"),
-            _ => None,
-        }
-    }
-}
-
-#[async_trait]
-impl QueryHook for Savepoints {
-    async fn handle_simple_query(
-        &self,
-        statement: &Statement,
-        _ctx: &SessionContext,
-        _client: &mut dyn HookClient,
-    ) -> Option<PgWireResult<Response>> {
-        Self::tag(statement).map(|t| Ok(Response::Execution(pgwire::api::results::Tag::new(t))))
-    }
-
-    async fn handle_extended_parse_query(
-        &self,
-        statement: &Statement,
-        _ctx: &SessionContext,
-        _client: &(dyn ClientInfo + Send + Sync),
-    ) -> Option<PgWireResult<LogicalPlan>> {
-        Self::tag(statement).map(|_| {
-            Ok(LogicalPlan::EmptyRelation(
-                datafusion::logical_expr::EmptyRelation {
-                    produce_one_row: false,
-                    schema: Arc::new(datafusion::common::DFSchema::empty()),
-                },
-            ))
-        })
-    }
-
-    async fn handle_extended_query(
-        &self,
-        statement: &Statement,
-        _plan: &LogicalPlan,
-        _params: &ParamValues,
-        _ctx: &SessionContext,
-        _client: &mut dyn HookClient,
-    ) -> Option<PgWireResult<Response>> {
-        Self::tag(statement).map(|t| Ok(Response::Execution(pgwire::api::results::Tag::new(t))))
+        self.answer(statement, &*client)
     }
 }
 
@@ -349,7 +329,6 @@ struct Guard {
     deadline: Option<tokio::time::Instant>,
     timeout: Option<Duration>,
     cancel: Arc<Notify>,
-    key: (i32, Vec<u8>),
     running: Running,
 }
 
@@ -357,7 +336,6 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let mut r = self.running.lock().expect("running");
         r.retain(|(_, n)| !Arc::ptr_eq(n, &self.cancel));
-        let _ = &self.key;
     }
 }
 
@@ -399,12 +377,11 @@ impl Service {
             .running
             .lock()
             .expect("running")
-            .push((key.clone(), cancel.clone()));
+            .push((key, cancel.clone()));
         Guard {
             deadline: timeout.map(|t| tokio::time::Instant::now() + t),
             timeout,
             cancel,
-            key,
             running: self.shared.running.clone(),
         }
     }

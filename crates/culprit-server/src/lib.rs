@@ -146,15 +146,7 @@ impl Server {
         // One session up front: a broken store or catalog fails here, not
         // at the first client.
         let engine = Arc::new(culprit_sql::Engine::new(store.clone()));
-        let probe = culprit_sql::session_with(
-            store.clone(),
-            engine.clone(),
-            culprit_sql::default_config(),
-            opts.query_memory,
-        )
-        .await
-        .map_err(|e| io_err(format!("cannot open the SQL session: {e}")))?;
-        prepare_session(&probe)?;
+        session(store.clone(), engine.clone(), opts.query_memory).await?;
         Ok(Server {
             listener,
             store,

@@ -13,9 +13,9 @@ use arrow::array::{ArrayRef, Float64Builder, StringBuilder, TimestampMicrosecond
 use arrow::record_batch::RecordBatch;
 use culprit_core::Table;
 
-use crate::batches::{TableBuilder, V};
 use crate::rng::Rng;
 use crate::Workload;
+use culprit_core::batches::{TableBuilder, V};
 
 #[derive(Debug, Clone)]
 pub struct FastConfig {

@@ -10,7 +10,6 @@
 //! [`fast`] writes plausible but unsimulated data at scale (a million tasks in
 //! seconds) for benchmarks.
 
-mod batches;
 mod fast;
 mod rng;
 mod sim;

@@ -4,9 +4,9 @@ use std::collections::VecDeque;
 
 use culprit_core::Table;
 
-use crate::batches::{TableBuilder, V};
 use crate::rng::Rng;
 use crate::Workload;
+use culprit_core::batches::{TableBuilder, V};
 
 /// The cluster and workload to simulate.
 #[derive(Debug, Clone)]

@@ -82,13 +82,10 @@ pub struct Decoded {
     pub truncated: Option<String>,
 }
 
-/// Decodes a whole stream.
+/// Decodes a whole compressed stream (`Plain` is the caller's: no copy).
 pub fn decode(codec: Codec, input: &[u8]) -> Result<Decoded, String> {
     match codec {
-        Codec::Plain => Ok(Decoded {
-            bytes: input.to_vec(),
-            truncated: None,
-        }),
+        Codec::Plain => Err("a plain stream needs no decoding".into()),
         Codec::Lz4 => lz4_java(input),
         Codec::Snappy => snappy_java(input),
         Codec::Lzf => lzf(input),

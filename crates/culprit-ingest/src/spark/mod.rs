@@ -15,6 +15,7 @@ pub mod zip;
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use culprit_core::Table;
 
 pub use app::LogState;
@@ -49,6 +50,30 @@ fn databricks_part(base: &str) -> bool {
             .is_some_and(|r| r.as_bytes().first().is_some_and(u8::is_ascii_digit))
 }
 
+/// The part number of a rolling log's `events_<n>_<app>` file.
+fn rolling_part(base: &str) -> Option<u64> {
+    base.strip_prefix("events_")?
+        .split('_')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The part number of a legacy log's `EVENT_LOG_<n>` file.
+fn legacy_part(base: &str) -> Option<u64> {
+    base.strip_prefix("EVENT_LOG_")?.parse().ok()
+}
+
+/// The files that `part` numbers, in the order of their numbers.
+fn numbered(files: Vec<SourceFile>, part: fn(&str) -> Option<u64>) -> Vec<SourceFile> {
+    let mut parts: Vec<(u64, SourceFile)> = files
+        .into_iter()
+        .filter_map(|f| Some((part(split_name(&f.name).1)?, f)))
+        .collect();
+    parts.sort_by_key(|(n, _)| *n);
+    parts.into_iter().map(|(_, f)| f).collect()
+}
+
 /// Groups files into event logs by the layouts Spark (and Databricks) write.
 /// Files that belong to no multi-file layout are single-file candidates.
 pub fn group(files: Vec<SourceFile>) -> Vec<LogUnit> {
@@ -78,34 +103,17 @@ pub fn group(files: Vec<SourceFile>) -> Vec<LogUnit> {
             let in_progress = files
                 .iter()
                 .any(|f| base(f).starts_with("appstatus_") && base(f).ends_with(".inprogress"));
-            let mut parts: Vec<(u64, SourceFile)> = files
-                .into_iter()
-                .filter_map(|f| {
-                    let b = base(&f);
-                    let n = b.strip_prefix("events_")?.split('_').next()?.parse().ok()?;
-                    Some((n, f))
-                })
-                .collect();
-            parts.sort_by_key(|(n, _)| *n);
             units.push(LogUnit {
                 name: dir,
-                parts: parts.into_iter().map(|(_, f)| f).collect(),
+                parts: numbered(files, rolling_part),
                 state: LogState { in_progress },
                 explicit,
             });
         } else if files.iter().any(|f| base(f).starts_with("EVENT_LOG_")) {
             let complete = files.iter().any(|f| base(f) == "APPLICATION_COMPLETE");
-            let mut parts: Vec<(u64, SourceFile)> = files
-                .into_iter()
-                .filter_map(|f| {
-                    let n = base(&f).strip_prefix("EVENT_LOG_")?.parse().ok()?;
-                    Some((n, f))
-                })
-                .collect();
-            parts.sort_by_key(|(n, _)| *n);
             units.push(LogUnit {
                 name: dir,
-                parts: parts.into_iter().map(|(_, f)| f).collect(),
+                parts: numbered(files, legacy_part),
                 state: LogState {
                     in_progress: !complete,
                 },
@@ -140,27 +148,24 @@ pub fn group(files: Vec<SourceFile>) -> Vec<LogUnit> {
 }
 
 /// A log read but not decoded: its name, state and (part name, bytes).
-pub type RawLog = (String, LogState, Vec<(String, Vec<u8>)>);
+pub type RawLog = (String, LogState, Vec<(String, Bytes)>);
 
 /// The logs inside a zip archive (the History Server's download): a
 /// rolling log's `events_<n>` entries as one log, any other file as a log
 /// of its own. Entries are named `<zip>!/<entry>`.
 pub fn group_entries(zip: &str, entries: Vec<(String, Vec<u8>)>) -> Vec<RawLog> {
-    let mut rolling: Vec<(u64, (String, Vec<u8>))> = Vec::new();
+    let mut rolling: Vec<(u64, (String, Bytes))> = Vec::new();
     let mut in_progress = false;
     let mut out = Vec::new();
     for (name, bytes) in entries {
+        let bytes = Bytes::from(bytes);
         let full = format!("{zip}!/{name}");
         let base = split_name(&name).1;
         if base.starts_with("appstatus_") {
             in_progress |= base.ends_with(".inprogress");
             continue;
         }
-        let n = base
-            .strip_prefix("events_")
-            .and_then(|r| r.split('_').next())
-            .and_then(|n| n.parse::<u64>().ok());
-        match n {
+        match rolling_part(base) {
             Some(n) => rolling.push((n, (full, bytes))),
             None => {
                 let state = LogState {
@@ -184,27 +189,33 @@ pub fn group_entries(zip: &str, entries: Vec<(String, Vec<u8>)>) -> Vec<RawLog> 
 /// A decoded part: its name, text and codec.
 pub struct Part {
     pub name: String,
-    pub text: Vec<u8>,
+    pub text: Bytes,
     pub codec: Codec,
     /// The compressed stream ended inside a block.
     pub truncated: Option<String>,
 }
 
 /// Decodes one part (the codec from its magic bytes, else its extension).
-pub fn decode(name: &str, bytes: &[u8]) -> Result<Part, String> {
+pub fn decode(name: &str, bytes: &Bytes) -> Result<Part, String> {
     let mut codec = Codec::sniff(bytes);
     if codec == Codec::Plain && !bytes.is_empty() && !looks_like_json(bytes) {
         if let Some(c) = Codec::from_extension(name) {
             codec = c;
         }
     }
-    let d = codec::decode(codec, bytes)
-        .map_err(|e| format!("cannot decode {} stream: {e}", codec.name()))?;
+    let (text, truncated) = match codec {
+        Codec::Plain => (bytes.clone(), None),
+        _ => {
+            let d = codec::decode(codec, bytes)
+                .map_err(|e| format!("cannot decode {} stream: {e}", codec.name()))?;
+            (Bytes::from(d.bytes), d.truncated)
+        }
+    };
     Ok(Part {
         name: name.to_string(),
-        text: d.bytes,
+        text,
         codec,
-        truncated: d.truncated,
+        truncated,
     })
 }
 

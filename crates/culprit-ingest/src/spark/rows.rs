@@ -1,14 +1,14 @@
-//! Rows built in memory, turned into the raw columns the validator reads.
+//! Rows of one table translated from an event log, with the line each came
+//! from, as the raw columns the validator reads.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMicrosecondArray};
-use culprit_core::{ColumnKind, Table};
+use culprit_core::batches::{TableBuilder, V as Cell};
+use culprit_core::Table;
 
 use crate::formats::{Origin, RawRows};
 
-/// A value of a row.
+/// A value of a row (owned: the translation builds its strings).
 #[derive(Debug, Clone)]
 pub enum V {
     Null,
@@ -18,73 +18,48 @@ pub enum V {
     T(i64),
 }
 
+impl V {
+    fn cell(&self) -> Cell<'_> {
+        match self {
+            V::Null => Cell::Null,
+            V::S(s) => Cell::S(s),
+            V::F(f) => Cell::F(*f),
+            V::T(t) => Cell::T(*t),
+        }
+    }
+}
+
 /// Rows of one table.
 pub struct Rows {
-    table: Table,
-    columns: BTreeMap<&'static str, Vec<V>>,
+    builder: TableBuilder,
     origins: Vec<Origin>,
 }
 
 impl Rows {
     pub fn new(table: Table) -> Rows {
         Rows {
-            table,
-            columns: BTreeMap::new(),
+            builder: TableBuilder::new(table, 0),
             origins: Vec::new(),
         }
     }
 
     /// Adds a row; columns it does not name are NULL.
     pub fn push(&mut self, origin: Origin, row: Vec<(&'static str, V)>) {
-        let n = self.origins.len();
-        for (name, v) in row {
-            debug_assert!(self.table.column(name).is_some(), "{name}");
-            let col = self.columns.entry(name).or_default();
-            col.resize(n, V::Null);
-            col.push(v);
-        }
+        let cells: Vec<(&str, Cell)> = row.iter().map(|(n, v)| (*n, v.cell())).collect();
+        self.builder.row(&cells);
         self.origins.push(origin);
     }
 
     /// The rows as typed raw columns.
     pub fn into_raw(self) -> RawRows {
-        let n = self.origins.len();
-        let mut columns = BTreeMap::new();
-        for (name, mut values) in self.columns {
-            values.resize(n, V::Null);
-            let kind = self.table.column(name).map(|c| c.kind);
-            let array: ArrayRef = match kind {
-                Some(ColumnKind::Float) => Arc::new(
-                    values
-                        .iter()
-                        .map(|v| match v {
-                            V::F(x) => Some(*x),
-                            _ => None,
-                        })
-                        .collect::<Float64Array>(),
-                ),
-                Some(ColumnKind::Time) => Arc::new(
-                    values
-                        .iter()
-                        .map(|v| match v {
-                            V::T(x) => Some(*x),
-                            _ => None,
-                        })
-                        .collect::<TimestampMicrosecondArray>()
-                        .with_timezone("UTC"),
-                ),
-                _ => Arc::new(
-                    values
-                        .into_iter()
-                        .map(|v| match v {
-                            V::S(s) => Some(s),
-                            _ => None,
-                        })
-                        .collect::<StringArray>(),
-                ),
-            };
-            columns.insert(name.to_string(), array);
-        }
+        let batch = self.builder.finish();
+        let columns: BTreeMap<String, _> = batch
+            .schema()
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .map(|(f, c)| (f.name().clone(), c.clone()))
+            .collect();
         RawRows {
             columns,
             origins: self.origins,

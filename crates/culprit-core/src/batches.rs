@@ -1,10 +1,11 @@
-//! Column builders for the canonical tables.
+//! Row-by-row builders of the canonical tables (the simulator's output, the
+//! rows translated from Spark event logs).
 
 use std::sync::Arc;
 
+use crate::{ColumnKind, Table};
 use arrow::array::{ArrayRef, Float64Builder, StringBuilder, TimestampMicrosecondBuilder};
 use arrow::record_batch::RecordBatch;
-use culprit_core::{ColumnKind, Table};
 
 /// Builds one table row by row, by column name.
 pub struct TableBuilder {
