@@ -13,6 +13,29 @@ import sys
 HOST, PORT = sys.argv[1], int(sys.argv[2])
 DSN = f"postgresql://culprit@{HOST}:{PORT}/culprit"
 
+# Grafana's query-builder table list (postgresMetaQuery.ts: showTables with
+# the search_path constraint).
+GRAFANA_TABLES = """select quote_ident(table_name) as "table" from information_schema.tables
+    where quote_ident(table_schema) not in ('information_schema',
+                             'pg_catalog',
+                             '_timescaledb_cache',
+                             '_timescaledb_catalog',
+                             '_timescaledb_internal',
+                             '_timescaledb_config',
+                             'timescaledb_information',
+                             'timescaledb_experimental')
+      and
+          quote_ident(table_schema) IN (
+          SELECT
+            CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+          FROM
+            generate_series(
+              array_lower(string_to_array(current_setting('search_path'),','),1),
+              array_upper(string_to_array(current_setting('search_path'),','),1)
+            ) as i,
+            string_to_array(current_setting('search_path'),',') s
+          )"""
+
 
 def ok(what):
     print(f"ok  {what}", flush=True)
@@ -98,8 +121,16 @@ def sqlalchemy_suite():
     insp = sqlalchemy.inspect(engine)
     tables = insp.get_table_names()
     check({"queries", "stages", "tasks", "task_windows", "host_windows", "executors"} <= set(tables), f"sqlalchemy: get_table_names -> {sorted(tables)}")
-    # inspect().get_columns() is not run: its reflection query has a
-    # correlated scalar subquery DataFusion cannot plan (docs/clients.md).
+    cols = {c["name"]: c for c in insp.get_columns("tasks")}
+    check(
+        isinstance(cols["launch_time"]["type"], sqlalchemy.TIMESTAMP)
+        and cols["launch_time"]["type"].timezone
+        and isinstance(cols["cpu_seconds"]["type"], sqlalchemy.Double)
+        and cols["task_id"]["nullable"] is False
+        and cols["cpu_seconds"]["nullable"] is True
+        and cols["task_id"]["default"] is None,
+        f"sqlalchemy: get_columns -> {len(cols)} columns",
+    )
     df = pandas.read_sql("SELECT * FROM culprits('q-victim')", engine)
     check(len(df) > 0 and df.iloc[0]["culprit_query"] == "q-culprit", f"pandas.read_sql -> {len(df)} rows")
     df = pandas.read_sql(
@@ -121,8 +152,11 @@ def pgcli_suite():
     check(any(c[1] == "tasks" and c[2] == "launch_time" for c in cols), f"pgcli: table_columns -> {len(cols)}")
     list(ex.views())
     ok("pgcli: views")
-    # ex.functions() is not run: pgcli reads proargtypes (an oidvector)
-    # as an array, which the catalog cannot give (docs/clients.md).
+    funcs = [f for f in ex.functions() if f.func_name == "abs"]
+    check(
+        len(funcs) > 0 and all(f.return_type and len(f.arg_types) == 1 for f in funcs),
+        f"pgcli: functions -> abs{[f.arg_types for f in funcs]}",
+    )
     list(ex.datatypes())
     ok("pgcli: datatypes")
     list(ex.databases())
@@ -138,9 +172,12 @@ def grafana_suite():
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute("SELECT 1").fetchone()
         ok("grafana: health check")
-        # Query builder metadata (the table list query, which expands the
-        # search_path with string_to_array in FROM, is not supported:
-        # docs/clients.md).
+        # Query builder metadata: the tables on the search_path.
+        tables = {r[0] for r in conn.execute(GRAFANA_TABLES).fetchall()}
+        check(
+            {"queries", "stages", "tasks", "task_windows", "host_windows", "executors"} <= tables,
+            f"grafana: table list -> {sorted(tables)}",
+        )
         rows = conn.execute(
             "SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" FROM information_schema.columns "
             "WHERE quote_ident(table_name) = 'tasks'"

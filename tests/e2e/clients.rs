@@ -8,7 +8,7 @@ use std::process::Command;
 
 use culprit_store::Store;
 
-use crate::common::{demo_store, psql, repo_root, start_server};
+use crate::common::{demo_store, psql, psql17, psql_with, repo_root, start_server};
 
 fn python_suite(addr: SocketAddr, suite: &str) {
     let script = repo_root().join("tests/clients/clients.py");
@@ -81,9 +81,8 @@ async fn jdbc() {
     assert_eq!(stdout.matches("ok  jdbc").count(), 5, "{stdout}");
 }
 
-/// psql's meta-commands `\df` and `\x` (`\dt` and `\d` are in server.rs).
-/// `\d+` is not supported (its query uses `ARRAY(subquery)`), and psql 15
-/// (Debian 12) has no `\bind`: see docs/clients.md.
+/// psql's meta-commands `\df`, `\x` and `\d+` (`\dt` and `\d` are in
+/// server.rs), and `\bind` with psql 17 (psql 15 of Debian 12 has none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_meta_commands() {
     let (_tmp, store) = demo_store();
@@ -98,11 +97,45 @@ async fn psql_meta_commands() {
                 "SELECT culprit_query, blame_seconds FROM culprits('q-victim') LIMIT 1",
             ],
         );
-        (d, x)
+        let plus = psql(addr, &["-c", "\\d+ tasks"]);
+        let p17 = psql17();
+        let plus17 = psql_with(&p17, addr, &["-c", "\\d+ tasks"]);
+        // A query with `\\bind` is a script (psql -c takes one or the other).
+        let script = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            script.path(),
+            "SELECT culprit_query, blame_seconds FROM culprits($1) ORDER BY blame_seconds DESC \\bind 'q-victim' \\g\n",
+        )
+        .unwrap();
+        let bind = psql_with(&p17, addr, &["-f", script.path().to_str().unwrap()]);
+        (d, x, plus, plus17, bind)
     })
     .await
     .unwrap();
-    let (d, x) = out;
+    let (d, x, plus, plus17, bind) = out;
+    for (name, o) in [("psql 15 \\d+", &plus), ("psql 17 \\d+", &plus17)] {
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            text.contains("Table \"public.tasks\"")
+                && text.contains("Storage")
+                && text.contains("launch_time")
+                && text.contains("timestamp with time zone"),
+            "{name}: {text}"
+        );
+    }
+    let text = String::from_utf8_lossy(&bind.stdout);
+    assert!(
+        bind.status.success(),
+        "\\bind: {}",
+        String::from_utf8_lossy(&bind.stderr)
+    );
+    let first = text.lines().nth(2).unwrap_or_default();
+    assert!(first.contains("q-culprit"), "\\bind: {text}");
     let text = String::from_utf8_lossy(&d.stdout);
     assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
     assert!(text.contains("List of functions"), "{text}");

@@ -102,12 +102,32 @@ pub async fn connect(addr: SocketAddr) -> tokio_postgres::Client {
 /// Runs psql against the server; fails loudly when psql is not installed
 /// (`.ci/run` installs Debian's postgresql-client).
 pub fn psql(addr: SocketAddr, args: &[&str]) -> Output {
+    psql_with("psql", addr, args)
+}
+
+/// psql 17 (for `\bind`): `$CULPRIT_PSQL17`, default the one `.ci/run`
+/// builds into `~/.cache/culprit-psql17`. Missing, the test fails.
+pub fn psql17() -> String {
+    let path = std::env::var("CULPRIT_PSQL17").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/culprit-psql17/bin/psql",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    assert!(
+        std::path::Path::new(&path).is_file(),
+        "psql 17 is missing at {path}: .ci/run builds it (tests/clients/build-psql.sh), or set CULPRIT_PSQL17"
+    );
+    path
+}
+
+pub fn psql_with(program: &str, addr: SocketAddr, args: &[&str]) -> Output {
     let conn = format!(
         "host={} port={} user=culprit dbname=culprit",
         addr.ip(),
         addr.port()
     );
-    Command::new("psql")
+    Command::new(program)
         .arg(conn)
         .args(["-X", "-v", "ON_ERROR_STOP=1"])
         .args(args)

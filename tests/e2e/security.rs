@@ -280,6 +280,31 @@ async fn statement_timeout_and_cancel_cover_execution() {
     assert_eq!(one, 1);
 }
 
+/// A culprit table function's result is charged to the query's memory
+/// pool too: over the limit, 53200 naming the function; small queries go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_memory_limit_covers_table_functions() {
+    let (_tmp, addr, _h) = serve_demo(ServerOptions {
+        query_memory: Some(8 << 10),
+        ..Default::default()
+    })
+    .await;
+    let c = connect(addr).await;
+    let e = c
+        .query("SELECT count(*) FROM blame(NULL, 'victim_stages=all')", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "53200", "{e:?}");
+    let msg = e.as_db_error().unwrap().message().to_string();
+    assert!(msg.contains("blame()") && msg.contains("rows"), "{msg}");
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM queries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 6);
+}
+
 #[tokio::test]
 async fn query_memory_limit_fails_the_query_not_the_server() {
     let (_tmp, addr, _h) = serve_demo(ServerOptions {

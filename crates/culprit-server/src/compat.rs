@@ -115,7 +115,96 @@ where
     ));
 }
 
+/// The name PostgreSQL's `regtype` prints for a built-in type oid (the
+/// oid itself for any other, as PostgreSQL prints an unknown oid).
+fn type_name(oid: &str) -> String {
+    let name = match oid {
+        "16" => "boolean",
+        "17" => "bytea",
+        "18" => "\"char\"",
+        "19" => "name",
+        "20" => "bigint",
+        "21" => "smallint",
+        "23" => "integer",
+        "25" => "text",
+        "26" => "oid",
+        "114" => "json",
+        "700" => "real",
+        "701" => "double precision",
+        "1043" => "character varying",
+        "1082" => "date",
+        "1114" => "timestamp without time zone",
+        "1184" => "timestamp with time zone",
+        "1186" => "interval",
+        "1700" => "numeric",
+        "2249" => "record",
+        "2275" => "cstring",
+        "2276" => "\"any\"",
+        "2277" => "anyarray",
+        "2278" => "void",
+        "2283" => "anyelement",
+        "2950" => "uuid",
+        "3802" => "jsonb",
+        other => other,
+    };
+    name.to_string()
+}
+
+/// The items of a catalog array kept as text: `[2276]`, `['a', 'b']`,
+/// `{23,25}` or an oidvector's `23 25`.
+fn items(text: &str) -> Vec<String> {
+    text.trim_matches(|c| matches!(c, '[' | ']' | '{' | '}'))
+        .split([',', ' '])
+        .map(|x| x.trim().trim_matches('\'').to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+/// A function of one text argument giving a text array (NULL in, NULL out).
+fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
+    use datafusion::arrow::array::{ListBuilder, StringBuilder};
+    use datafusion::arrow::datatypes::Field;
+    ctx.register_udf(create_udf(
+        name,
+        vec![DataType::Utf8],
+        DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arr: ArrayRef = match &args[0] {
+                ColumnarValue::Scalar(s) => s.to_array()?,
+                ColumnarValue::Array(a) => a.clone(),
+            };
+            let text = arr.as_string::<i32>();
+            let mut b = ListBuilder::new(StringBuilder::new());
+            for i in 0..text.len() {
+                if text.is_null(i) {
+                    b.append(false);
+                    continue;
+                }
+                for x in f(text.value(i)) {
+                    b.values().append_value(x);
+                }
+                b.append(true);
+            }
+            let out: ArrayRef = Arc::new(b.finish());
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(out),
+            })
+        }),
+    ));
+}
+
 pub fn register(ctx: &SessionContext) {
+    // The catalog keeps pg_proc's arrays as text; pgcli reads them as arrays
+    // (rewrite.rs calls these for `proargtypes::regtype[]`, `proargnames`...).
+    text_list(ctx, "culprit_regtype_names", |t| {
+        items(t).iter().map(|o| type_name(o)).collect()
+    });
+    text_list(ctx, "culprit_text_array", items);
+    by_name(ctx, "culprit_regtype_name", |o| Some(type_name(o)));
     ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
         JsonBuildObject::new(),
     ));
@@ -134,6 +223,19 @@ pub fn register(ctx: &SessionContext) {
     for name in ["pg_get_function_result", "pg_get_function_arguments"] {
         constant(ctx, name, vec![DataType::Int32], ScalarValue::Utf8(None));
     }
+    // culprit's tables and columns have no comments (psql `\d+`, `\dt+`).
+    constant(
+        ctx,
+        "col_description",
+        vec![DataType::Int32, DataType::Int32],
+        ScalarValue::Utf8(None),
+    );
+    constant(
+        ctx,
+        "obj_description",
+        vec![DataType::Int32, DataType::Utf8],
+        ScalarValue::Utf8(None),
+    );
     // No table has a serial column or identity sequence.
     constant(
         ctx,

@@ -76,7 +76,7 @@ impl CulpritHandlers {
         let hook: Arc<dyn QueryHook> = Arc::new(ReadOnly {
             users: shared.users.clone(),
         });
-        let mut hooks = vec![hook];
+        let mut hooks = vec![hook, Arc::new(Compat) as Arc<dyn QueryHook>];
         // datafusion-postgres' own hooks (SET/SHOW, cursors, transactions).
         hooks.extend(default_hooks());
         let inner = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks));
@@ -315,6 +315,72 @@ impl QueryHook for ReadOnly {
     }
 }
 
+/// Runs the catalog queries of clients that DataFusion cannot plan as
+/// written, rewritten (`rewrite.rs`).
+struct Compat;
+
+#[async_trait]
+impl QueryHook for Compat {
+    async fn handle_simple_query(
+        &self,
+        statement: &Statement,
+        ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        let rewritten = crate::rewrite::rewrite(statement)?;
+        let run = async {
+            let df_err = |e| PgWireError::ApiError(Box::new(e));
+            let plan = ctx
+                .state()
+                .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                    rewritten,
+                )))
+                .await
+                .map_err(df_err)?;
+            let df = ctx.execute_logical_plan(plan).await.map_err(df_err)?;
+            let options = Arc::new(pgwire::types::format::FormatOptions::from_client_metadata(
+                client.metadata(),
+            ));
+            let q = datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe(
+                df,
+                &pgwire::api::portal::Format::UnifiedText,
+                Some(options),
+            )
+            .await?;
+            Ok(Response::Query(q))
+        };
+        Some(run.await)
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        statement: &Statement,
+        ctx: &SessionContext,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        let rewritten = crate::rewrite::rewrite(statement)?;
+        Some(
+            ctx.state()
+                .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                    rewritten,
+                )))
+                .await
+                .map_err(|e| PgWireError::ApiError(Box::new(e))),
+        )
+    }
+
+    async fn handle_extended_query(
+        &self,
+        _statement: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _ctx: &SessionContext,
+        _client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        None
+    }
+}
+
 /// DataFusion's handling, with the statement timeout and cancel requests
 /// covering execution and the sending of rows, not only planning.
 pub struct Service {
@@ -482,7 +548,11 @@ impl SimpleQueryHandler for Service {
         let guard = Arc::new(self.begin(client));
         let responses = Self::guarded(
             &guard,
-            SimpleQueryHandler::do_query(&*self.inner, client, query),
+            SimpleQueryHandler::do_query(
+                &*self.inner,
+                client,
+                &crate::rewrite::before_parse(query),
+            ),
         )
         .await?;
         Ok(responses

@@ -7,6 +7,7 @@ pub mod auth;
 mod compat;
 mod handlers;
 mod params;
+mod rewrite;
 pub mod sqlstate;
 
 use std::future::Future;

@@ -81,6 +81,7 @@ impl QueryParser for CulpritParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        let sql = &crate::rewrite::before_parse(sql);
         let err = match self.inner.parse_sql(client, sql, types).await {
             Ok(s) => return Ok(s),
             Err(e) => e,

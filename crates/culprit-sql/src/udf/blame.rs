@@ -64,6 +64,7 @@ impl TableFunctionImpl for BlameFn {
             Kind::Edges => edges_schema(),
         };
         Ok(Arc::new(ComputedTable {
+            held: Default::default(),
             name,
             schema,
             engine: self.engine.clone(),

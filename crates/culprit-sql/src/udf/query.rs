@@ -73,6 +73,7 @@ impl TableFunctionImpl for QueryFn {
         };
         let kind = self.kind;
         Ok(Arc::new(ComputedTable {
+            held: Default::default(),
             name,
             schema: QueryFn::schema(kind),
             engine: self.engine.clone(),

@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
@@ -23,6 +24,9 @@ pub struct ComputedTable {
     pub schema: SchemaRef,
     pub engine: Arc<Engine>,
     pub compute: Compute,
+    /// The memory the result holds, charged to the query's pool until the
+    /// plan (which owns this table) is dropped.
+    pub held: std::sync::Mutex<Vec<MemoryReservation>>,
 }
 
 impl fmt::Debug for ComputedTable {
@@ -43,7 +47,7 @@ impl TableProvider for ComputedTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         _limit: Option<usize>,
@@ -55,6 +59,22 @@ impl TableProvider for ComputedTable {
         let batch = tokio::task::spawn_blocking(move || compute(&ds))
             .await
             .map_err(|e| DataFusionError::Execution(format!("culprit: {}: {e}", self.name)))??;
+        // The result is charged to the query's memory pool (per connection,
+        // `--query-memory-mb`): over the limit, the query fails with
+        // ResourcesExhausted (SQLSTATE 53200) and the result is dropped. The
+        // shared dataset cache is not charged to any one query.
+        let consumer = MemoryConsumer::new(format!("culprit {}()", self.name));
+        let reservation = consumer.register(&state.runtime_env().memory_pool);
+        reservation
+            .try_grow(batch.get_array_memory_size())
+            .map_err(|e| {
+                DataFusionError::ResourcesExhausted(format!(
+                    "culprit: {}(): its result of {} rows does not fit in the query's memory: {e}",
+                    self.name,
+                    batch.num_rows()
+                ))
+            })?;
+        self.held.lock().expect("held").push(reservation);
         log::info!(
             "{}(): {} rows in {:.2} s",
             self.name,

@@ -85,6 +85,7 @@ impl TableFunctionImpl for UseCaseFn {
         let opts = args.blame_options(None, 0, 1)?;
         let kind = self.kind;
         Ok(Arc::new(ComputedTable {
+            held: Default::default(),
             name,
             schema: UseCaseFn::schema(kind),
             engine: self.engine.clone(),
