@@ -60,6 +60,11 @@ def psycopg_suite():
         rows = cur.fetchall()
         check(rows and rows[0][1] == "q-culprit", f"psycopg: culprits with a bound parameter -> {rows[0]}")
         check(isinstance(rows[0][2], float), "psycopg: float result")
+        # Lists (a stage's parent ids) as text[], in text and binary.
+        q = "SELECT string_to_array(parent_ids, ',') FROM stages WHERE parent_ids <> '' LIMIT 1"
+        for binary in (False, True):
+            parents = conn.execute(q, binary=binary).fetchone()[0]
+            check(isinstance(parents, list) and all(isinstance(p, str) for p in parents), f"psycopg: list (binary={binary}) -> {parents}")
         # Binary results.
         cur = conn.cursor(binary=True)
         cur.execute("SELECT count(*), sum(cpu_seconds) FROM tasks WHERE query_id = %s", ["q-victim"])
