@@ -280,21 +280,38 @@ async fn statement_timeout_and_cancel_cover_execution() {
     assert_eq!(one, 1);
 }
 
-/// A culprit table function's result is charged to the query's memory
-/// pool too: over the limit, 53200 naming the function; small queries go on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn query_memory_limit_covers_table_functions() {
-    let (_tmp, addr, _h) = serve_demo(ServerOptions {
-        query_memory: Some(8 << 10),
+/// Serves the demo with a per-query memory limit of `bytes` and runs `sql`,
+/// which must fail with 53200: the store, the address, the connection
+/// (still open) and the error.
+async fn over_memory(
+    bytes: usize,
+    sql: &str,
+) -> (
+    tempfile::TempDir,
+    SocketAddr,
+    tokio_postgres::Client,
+    tokio_postgres::Error,
+) {
+    let (tmp, addr, _server) = serve_demo(ServerOptions {
+        query_memory: Some(bytes),
         ..Default::default()
     })
     .await;
     let c = connect(addr).await;
-    let e = c
-        .query("SELECT count(*) FROM blame(NULL, 'victim_stages=all')", &[])
-        .await
-        .unwrap_err();
+    let e = c.query(sql, &[]).await.unwrap_err();
     assert_eq!(code(&e), "53200", "{e:?}");
+    (tmp, addr, c, e)
+}
+
+/// A culprit table function's result is charged to the query's memory
+/// pool too: over the limit, 53200 naming the function; small queries go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_memory_limit_covers_table_functions() {
+    let (_tmp, _addr, c, e) = over_memory(
+        8 << 10,
+        "SELECT count(*) FROM blame(NULL, 'victim_stages=all')",
+    )
+    .await;
     let msg = e.as_db_error().unwrap().message().to_string();
     assert!(msg.contains("blame()") && msg.contains("rows"), "{msg}");
     let n: i64 = c
@@ -307,17 +324,11 @@ async fn query_memory_limit_covers_table_functions() {
 
 #[tokio::test]
 async fn query_memory_limit_fails_the_query_not_the_server() {
-    let (_tmp, addr, _h) = serve_demo(ServerOptions {
-        query_memory: Some(2 << 20),
-        ..Default::default()
-    })
+    let (_tmp, addr, c, e) = over_memory(
+        2 << 20,
+        "SELECT value FROM range(5000000) ORDER BY value DESC",
+    )
     .await;
-    let c = connect(addr).await;
-    let e = c
-        .query("SELECT value FROM range(5000000) ORDER BY value DESC", &[])
-        .await
-        .unwrap_err();
-    assert_eq!(code(&e), "53200", "{e:?}");
     assert_eq!(e.as_db_error().unwrap().code(), &SqlState::OUT_OF_MEMORY);
     // The server and the connection go on.
     let n: i64 = c

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
+use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Signature, Volatility};
 use datafusion::prelude::SessionContext;
 
 /// The server version clients see: PostgreSQL's protocol and catalog level,
@@ -36,6 +37,36 @@ fn setting(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Built-in types: oid, the name `regtype` prints, other names it reads.
+const TYPES: &[(i32, &str, &[&str])] = &[
+    (16, "boolean", &["bool"]),
+    (17, "bytea", &[]),
+    (18, "\"char\"", &[]),
+    (19, "name", &[]),
+    (20, "bigint", &["int8"]),
+    (21, "smallint", &["int2"]),
+    (23, "integer", &["int4", "int"]),
+    (25, "text", &[]),
+    (26, "oid", &[]),
+    (114, "json", &[]),
+    (700, "real", &["float4"]),
+    (701, "double precision", &["float8"]),
+    (1043, "character varying", &["varchar"]),
+    (1082, "date", &[]),
+    (1114, "timestamp without time zone", &["timestamp"]),
+    (1184, "timestamp with time zone", &["timestamptz"]),
+    (1186, "interval", &[]),
+    (1700, "numeric", &[]),
+    (2249, "record", &[]),
+    (2275, "cstring", &[]),
+    (2276, "\"any\"", &[]),
+    (2277, "anyarray", &[]),
+    (2278, "void", &[]),
+    (2283, "anyelement", &[]),
+    (2950, "uuid", &[]),
+    (3802, "jsonb", &[]),
+];
+
 /// The oid of a built-in type name (`to_regtype`); NULL for any other
 /// (there are no extension types such as `hstore`).
 fn type_oid(name: &str) -> Option<i32> {
@@ -43,39 +74,26 @@ fn type_oid(name: &str) -> Option<i32> {
         .trim()
         .trim_start_matches("pg_catalog.")
         .to_ascii_lowercase();
-    Some(match name.as_str() {
-        "bool" | "boolean" => 16,
-        "bytea" => 17,
-        "int8" | "bigint" => 20,
-        "int2" | "smallint" => 21,
-        "int4" | "integer" | "int" => 23,
-        "text" => 25,
-        "oid" => 26,
-        "json" => 114,
-        "float4" | "real" => 700,
-        "float8" | "double precision" => 701,
-        "varchar" | "character varying" => 1043,
-        "date" => 1082,
-        "timestamp" | "timestamp without time zone" => 1114,
-        "timestamptz" | "timestamp with time zone" => 1184,
-        "interval" => 1186,
-        "numeric" => 1700,
-        "uuid" => 2950,
-        "jsonb" => 3802,
-        _ => return None,
-    })
+    TYPES
+        .iter()
+        .find(|(_, n, other)| *n == name || other.contains(&name.as_str()))
+        .map(|(oid, _, _)| *oid)
 }
 
-/// A function of constant result (the catalog has nothing to look up).
-fn constant(ctx: &SessionContext, name: &str, args: Vec<DataType>, value: ScalarValue) {
-    let ty = value.data_type();
-    ctx.register_udf(create_udf(
+/// A function of constant result (the catalog has nothing to look up),
+/// taking `arity` arguments of any type (an oid column or an integer
+/// literal alike).
+fn constant(ctx: &SessionContext, name: &str, arity: usize, value: ScalarValue) {
+    let signature = match arity {
+        0 => Signature::nullary(Volatility::Stable),
+        n => Signature::any(n, Volatility::Stable),
+    };
+    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
         name,
-        args,
-        ty,
-        Volatility::Stable,
+        signature,
+        value.data_type(),
         Arc::new(move |_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(value.clone()))),
-    ));
+    )));
 }
 
 /// A function of one text argument, answered by `lookup` (NULL in, NULL out).
@@ -118,36 +136,11 @@ where
 /// The name PostgreSQL's `regtype` prints for a built-in type oid (the
 /// oid itself for any other, as PostgreSQL prints an unknown oid).
 fn type_name(oid: &str) -> String {
-    let name = match oid {
-        "16" => "boolean",
-        "17" => "bytea",
-        "18" => "\"char\"",
-        "19" => "name",
-        "20" => "bigint",
-        "21" => "smallint",
-        "23" => "integer",
-        "25" => "text",
-        "26" => "oid",
-        "114" => "json",
-        "700" => "real",
-        "701" => "double precision",
-        "1043" => "character varying",
-        "1082" => "date",
-        "1114" => "timestamp without time zone",
-        "1184" => "timestamp with time zone",
-        "1186" => "interval",
-        "1700" => "numeric",
-        "2249" => "record",
-        "2275" => "cstring",
-        "2276" => "\"any\"",
-        "2277" => "anyarray",
-        "2278" => "void",
-        "2283" => "anyelement",
-        "2950" => "uuid",
-        "3802" => "jsonb",
-        other => other,
-    };
-    name.to_string()
+    oid.parse::<i32>()
+        .ok()
+        .and_then(|o| TYPES.iter().find(|(x, _, _)| *x == o))
+        .map_or(oid, |(_, name, _)| name)
+        .to_string()
 }
 
 /// The items of a catalog array kept as text: `[2276]`, `['a', 'b']`,
@@ -208,43 +201,36 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
         JsonBuildObject::new(),
     ));
-    constant(ctx, "version", vec![], ScalarValue::from(VERSION));
+    constant(ctx, "version", 0, ScalarValue::from(VERSION));
     // One schema on the path: every collation and function is visible.
     for name in ["pg_collation_is_visible", "pg_function_is_visible"] {
-        constant(
-            ctx,
-            name,
-            vec![DataType::Int32],
-            ScalarValue::Boolean(Some(true)),
-        );
+        constant(ctx, name, 1, ScalarValue::Boolean(Some(true)));
     }
     // Function signatures are not in the catalog (DataFusion's functions
     // are listed in information_schema.routines).
     for name in ["pg_get_function_result", "pg_get_function_arguments"] {
-        constant(ctx, name, vec![DataType::Int32], ScalarValue::Utf8(None));
+        constant(ctx, name, 1, ScalarValue::Utf8(None));
     }
     // culprit's tables and columns have no comments (psql `\d+`, `\dt+`).
-    constant(
-        ctx,
-        "col_description",
-        vec![DataType::Int32, DataType::Int32],
-        ScalarValue::Utf8(None),
-    );
-    constant(
-        ctx,
-        "obj_description",
-        vec![DataType::Int32, DataType::Utf8],
-        ScalarValue::Utf8(None),
-    );
+    constant(ctx, "col_description", 2, ScalarValue::Utf8(None));
+    constant(ctx, "obj_description", 2, ScalarValue::Utf8(None));
     // No table has a serial column or identity sequence.
-    constant(
-        ctx,
-        "pg_get_serial_sequence",
-        vec![DataType::Utf8, DataType::Utf8],
-        ScalarValue::Utf8(None),
-    );
+    constant(ctx, "pg_get_serial_sequence", 2, ScalarValue::Utf8(None));
     by_name(ctx, "to_regtype", type_oid);
     by_name(ctx, "current_setting", |n| setting(n).map(str::to_string));
+}
+
+/// A value as PostgreSQL's JSON functions write it: numbers and booleans
+/// as themselves (non-finite floats as strings), everything else as text.
+fn json_value(ty: &DataType, text: &str) -> serde_json::Value {
+    if ty.is_numeric() || *ty == DataType::Boolean {
+        if let Ok(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) =
+            serde_json::from_str(text)
+        {
+            return v;
+        }
+    }
+    text.into()
 }
 
 /// `json_build_object(k1, v1, ...)`: a JSON object as text (SQLAlchemy's
@@ -289,13 +275,15 @@ impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
         let out: StringArray = (0..n)
             .map(|row| {
                 let mut obj = serde_json::Map::new();
-                for pair in text.chunks(2) {
+                for (pair, typed) in text.chunks(2).zip(arrays.chunks(2)) {
                     let k = pair[0].as_string::<i32>();
                     let key = if k.is_null(row) { "" } else { k.value(row) };
                     let v = pair.get(1).map(|v| v.as_string::<i32>());
                     let value = v
                         .filter(|v| !v.is_null(row))
-                        .map_or(serde_json::Value::Null, |v| v.value(row).into());
+                        .map_or(serde_json::Value::Null, |v| {
+                            json_value(typed[1].data_type(), v.value(row))
+                        });
                     obj.insert(key.to_string(), value);
                 }
                 Some(serde_json::Value::Object(obj).to_string())

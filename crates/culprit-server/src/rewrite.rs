@@ -11,8 +11,10 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArguments, JoinOperator, ObjectName, Query, Select, SelectItem, SetExpr,
-    Statement, TableAliasColumnDef, TableFactor, Value, Visit, VisitMut, Visitor, VisitorMut,
+    visit_expressions_mut, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, Query, Select, SelectItem,
+    SetExpr, Statement, TableAliasColumnDef, TableFactor, Value, Visit, VisitMut, Visitor,
+    VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -147,17 +149,33 @@ fn null_keeping_parameters(q: &Query) -> Expr {
             .map(|p| format!("{p} IS NULL"))
             .collect::<Vec<_>>()
             .join(" OR ");
+    parse(&format!("CASE WHEN {test} THEN NULL END")).unwrap_or_else(null)
+}
+
+/// An expression written as SQL.
+fn parse(sql: &str) -> Option<Expr> {
     Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&format!("CASE WHEN {test} THEN NULL END"))
+        .try_with_sql(sql)
         .and_then(|mut p| p.parse_expr())
-        .unwrap_or_else(|_| null())
+        .ok()
+}
+
+/// The unnamed expression arguments of a call (`None` for any other form).
+fn call_args(f: &Function) -> Option<Vec<&Expr>> {
+    let FunctionArguments::List(l) = &f.args else {
+        return None;
+    };
+    l.args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `name(args)`.
 fn call(name: &str, args: Vec<Expr>) -> Expr {
-    use datafusion::sql::sqlparser::ast::{
-        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, Ident,
-    };
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
@@ -229,10 +247,11 @@ fn is_aggregate(e: &Expr) -> bool {
     }
 }
 
-/// A scalar subquery over catalog tables: NULL when they are always empty,
-/// else its value wrapped in `max()` so DataFusion can decorrelate it (a
-/// scalar subquery gives at most one row, whose max is itself).
-fn scalar_subquery(q: &mut Query) -> Option<Expr> {
+/// A scalar subquery over catalog tables: NULL when they are always empty
+/// (returned), else its value wrapped in `max()` in place (`changed` set)
+/// so DataFusion can decorrelate it (a scalar subquery gives at most one
+/// row, whose max is itself).
+fn scalar_subquery(q: &mut Query, changed: &mut bool) -> Option<Expr> {
     let s = select(q)?;
     let t = tables(s)?;
     // Empty when the first table is, or when any is and all joins are inner.
@@ -255,22 +274,18 @@ fn scalar_subquery(q: &mut Query) -> Option<Expr> {
     if s.projection.len() != 1 || s.distinct.is_some() || s.having.is_some() {
         return None;
     }
-    if !matches!(
-        s.group_by,
-        datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(ref v, _) if v.is_empty()
-    ) {
+    if !matches!(s.group_by, GroupByExpr::Expressions(ref v, _) if v.is_empty()) {
         return None;
     }
-    let wrap = |e: &mut Expr| {
-        if !is_aggregate(e) {
-            let inner = std::mem::replace(e, null());
-            *e = call("max", vec![inner]);
-        }
-    };
-    match &mut s.projection[0] {
-        SelectItem::UnnamedExpr(e) => wrap(e),
-        SelectItem::ExprWithAlias { expr, .. } => wrap(expr),
+    let e = match &mut s.projection[0] {
+        SelectItem::UnnamedExpr(e) => e,
+        SelectItem::ExprWithAlias { expr, .. } => expr,
         _ => return None,
+    };
+    if !is_aggregate(e) {
+        let inner = std::mem::replace(e, null());
+        *e = call("max", vec![inner]);
+        *changed = true;
     }
     None
 }
@@ -293,15 +308,10 @@ fn array_subquery(e: &Expr) -> bool {
                 name,
                 args: Some(args),
                 ..
-            } => {
-                last_name(name) == "unnest"
-                    && args.args.iter().all(|a| match a {
-                        datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
-                            datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(e),
-                        ) => is_null(e),
-                        _ => false,
-                    })
-            }
+            } => last_name(name) == "unnest"
+                && args.args.iter().all(
+                    |a| matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if is_null(e)),
+                ),
             TableFactor::UNNEST { array_exprs, .. } => array_exprs.iter().all(is_null),
             _ => false,
         }
@@ -312,29 +322,21 @@ fn array_subquery(e: &Expr) -> bool {
 /// table list needs it: with `array_lower` in `generate_series` and a
 /// `CASE` over the rows, DataFusion 55 plans its `IN (subquery)` as
 /// `= ''` and finds no table.
-fn array_lower(f: &datafusion::sql::sqlparser::ast::Function) -> Option<Expr> {
-    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr};
-    let FunctionArguments::List(l) = &f.args else {
-        return None;
-    };
-    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(x)), FunctionArg::Unnamed(FunctionArgExpr::Expr(dim))] =
-        l.args.as_slice()
-    else {
+fn array_lower(f: &Function) -> Option<Expr> {
+    let [x, dim] = call_args(f)?[..] else {
         return None;
     };
     if dim.to_string() != "1" {
         return None;
     }
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&format!("CASE WHEN cardinality({x}) > 0 THEN 1 END"))
-        .and_then(|mut p| p.parse_expr())
-        .ok()
+    parse(&format!("CASE WHEN cardinality({x}) > 0 THEN 1 END"))
 }
 
 /// `(SELECT string_to_array(...) AS s) AS s` for `string_to_array(...) s`
 /// in FROM; `generate_series(...) AS i(i)` for `generate_series(...) AS i`
 /// (PostgreSQL names the column of a one-column function after the alias).
-fn table_factor(f: &mut TableFactor) {
+/// Returns whether it changed `f`.
+fn table_factor(f: &mut TableFactor) -> bool {
     let TableFactor::Table {
         name,
         args: Some(args),
@@ -342,17 +344,17 @@ fn table_factor(f: &mut TableFactor) {
         ..
     } = f
     else {
-        return;
+        return false;
     };
     let fname = last_name(name);
     if fname == "generate_series" && alias.columns.is_empty() {
         alias
             .columns
             .push(TableAliasColumnDef::from_name(alias.name.value.clone()));
-        return;
+        return true;
     }
     if !SCALAR_IN_FROM.contains(&fname.as_str()) || !alias.columns.is_empty() {
-        return;
+        return false;
     }
     let call = format!(
         "SELECT {name}({}) AS {}",
@@ -367,7 +369,7 @@ fn table_factor(f: &mut TableFactor) {
         .try_with_sql(&call)
         .and_then(|mut p| p.parse_query())
     else {
-        return;
+        return false;
     };
     *f = TableFactor::Derived {
         lateral: false,
@@ -375,11 +377,13 @@ fn table_factor(f: &mut TableFactor) {
         alias: Some(alias.clone()),
         sample: None,
     };
+    true
 }
 
 /// In a SELECT reading no table (only functions), a bare `user` is
 /// PostgreSQL's `current_user`, not a column (Grafana's table list).
-fn bare_user(s: &mut Select) {
+/// Returns whether it changed `s`.
+fn bare_user(s: &mut Select) -> bool {
     let no_tables = !s.from.is_empty()
         && s.from.iter().all(|twj| {
             twj.joins.is_empty()
@@ -389,26 +393,24 @@ fn bare_user(s: &mut Select) {
                 )
         });
     if !no_tables {
-        return;
+        return false;
     }
-    let _ = datafusion::sql::sqlparser::ast::visit_expressions_mut(
-        &mut s.projection,
-        |e: &mut Expr| {
-            let user = match e {
-                Expr::Identifier(i) => {
-                    i.quote_style.is_none() && i.value.eq_ignore_ascii_case("user")
-                }
-                Expr::Function(f) => {
-                    matches!(f.args, FunctionArguments::None) && last_name(&f.name) == "user"
-                }
-                _ => false,
-            };
-            if user {
-                *e = call("session_user", vec![]);
+    let mut changed = false;
+    let _ = visit_expressions_mut(&mut s.projection, |e: &mut Expr| {
+        let user = match e {
+            Expr::Identifier(i) => i.quote_style.is_none() && i.value.eq_ignore_ascii_case("user"),
+            Expr::Function(f) => {
+                matches!(f.args, FunctionArguments::None) && last_name(&f.name) == "user"
             }
-            ControlFlow::<()>::Continue(())
-        },
-    );
+            _ => false,
+        };
+        if user {
+            *e = call("session_user", vec![]);
+            changed = true;
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    changed
 }
 
 struct Rules {
@@ -420,16 +422,12 @@ impl VisitorMut for Rules {
 
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
         if let Some(s) = select_mut(q) {
-            let before = s.to_string();
-            bare_user(s);
+            self.changed |= bare_user(s);
             for twj in &mut s.from {
-                table_factor(&mut twj.relation);
+                self.changed |= table_factor(&mut twj.relation);
                 for j in &mut twj.joins {
-                    table_factor(&mut j.relation);
+                    self.changed |= table_factor(&mut j.relation);
                 }
-            }
-            if s.to_string() != before {
-                self.changed = true;
             }
         }
         ControlFlow::Continue(())
@@ -455,11 +453,8 @@ impl VisitorMut for Rules {
             } if data_type.to_string().eq_ignore_ascii_case("text")
                 && column_name(strip_casts(expr)) == "prorettype" =>
             {
-                let col = strip_casts(expr).to_string();
-                Parser::new(&PostgreSqlDialect {})
-                    .try_with_sql(&format!("culprit_regtype_name(CAST({col} AS TEXT))"))
-                    .and_then(|mut p| p.parse_expr())
-                    .ok()
+                let col = strip_casts(expr);
+                parse(&format!("culprit_regtype_name(CAST({col} AS TEXT))"))
             }
             Expr::Identifier(_) | Expr::CompoundIdentifier(_)
                 if PROC_TEXT_ARRAYS.contains(&column_name(e).as_str()) =>
@@ -468,22 +463,13 @@ impl VisitorMut for Rules {
             }
             Expr::Function(f)
                 if last_name(&f.name) == "array_to_string"
-                    && matches!(&f.args, FunctionArguments::List(l)
-                        if matches!(l.args.first(), Some(datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
-                            datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(a))) if is_null(a))) =>
+                    && call_args(f).is_some_and(|a| a.first().is_some_and(|x| is_null(x))) =>
             {
                 Some(null())
             }
             Expr::Function(_) if array_subquery(e) => Some(null()),
             Expr::Function(f) if last_name(&f.name) == "array_lower" => array_lower(f),
-            Expr::Subquery(q) => {
-                let before = q.to_string();
-                let r = scalar_subquery(q);
-                if r.is_none() && q.to_string() != before {
-                    self.changed = true;
-                }
-                r
-            }
+            Expr::Subquery(q) => scalar_subquery(q, &mut self.changed),
             _ => None,
         };
         if let Some(r) = replace {
