@@ -11,3 +11,4 @@ mod security;
 mod server;
 mod slt;
 mod spark;
+mod streaming;

@@ -6,6 +6,7 @@
 //! property-tested on its own. The SQL layer (`culprit-sql`) wraps it.
 
 pub mod batches;
+pub mod layout;
 pub mod method;
 pub mod ratp;
 pub mod schema;

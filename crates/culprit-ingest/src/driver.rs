@@ -281,6 +281,11 @@ impl Ctx<'_> {
                 reason,
             });
         }
+        if table == Table::Tasks {
+            // Window rows may be flushed before these tasks: they are written
+            // bucket by bucket, by their task's host.
+            self.pending.note_tasks(&checked.batch);
+        }
         let entry = self.buffered.entry(table).or_default();
         entry.1 += checked.batch.num_rows();
         entry.0.push(checked.batch);

@@ -211,6 +211,7 @@ impl Store {
             files: Vec::new(),
             sources: Vec::new(),
             parts: BTreeMap::new(),
+            task_buckets: std::collections::HashMap::new(),
         }
     }
 
@@ -233,45 +234,65 @@ impl Store {
                 let store = store.clone();
                 let columns = columns.clone();
                 async move {
-                    let path = store.path(&file.path);
-                    let perr = |source| StoreError::Parquet {
-                        path: path.to_string(),
-                        source,
-                    };
-                    let bytes = store
-                        .object_store
-                        .get(&path)
-                        .await
-                        .map_err(store.os_err())?
-                        .bytes()
-                        .await
-                        .map_err(store.os_err())?;
-                    let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                        .map_err(perr)?
-                        .with_batch_size(64 * 1024);
-                    if let Some(cols) = &columns {
-                        let schema = builder.schema().clone();
-                        let indices: Vec<usize> = cols
-                            .iter()
-                            .filter_map(|c| schema.index_of(c).ok())
-                            .collect();
-                        let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
-                        builder = builder.with_projection(mask);
-                    }
-                    let reader = builder.build().map_err(perr)?;
-                    let p2 = path.to_string();
+                    let bytes = store.fetch(&file).await?;
+                    let cols: Option<Vec<&str>> = columns
+                        .as_ref()
+                        .map(|c| c.iter().map(|s| s.as_str()).collect());
+                    let reader = store.decode(&file, bytes, cols.as_deref())?;
                     // Decoding is lazy: one batch at a time as the stream is polled.
-                    Ok::<_, StoreError>(futures::stream::iter(reader.map(move |r| {
-                        r.map_err(|e| StoreError::Parquet {
-                            path: p2.clone(),
-                            source: e.into(),
-                        })
-                    })))
+                    Ok::<_, StoreError>(futures::stream::iter(reader))
                 }
             })
             .buffered(2)
             .try_flatten()
             .boxed()
+    }
+
+    /// The bytes of one data file.
+    pub async fn fetch(&self, file: &DataFile) -> Result<bytes::Bytes> {
+        let path = self.path(&file.path);
+        self.object_store
+            .get(&path)
+            .await
+            .map_err(self.os_err())?
+            .bytes()
+            .await
+            .map_err(self.os_err())
+    }
+
+    /// Decodes a data file's bytes, lazily, one batch of up to 64k rows at a
+    /// time, with only the named columns if given. Synchronous: call it
+    /// where CPU work belongs.
+    pub fn decode(
+        &self,
+        file: &DataFile,
+        bytes: bytes::Bytes,
+        columns: Option<&[&str]>,
+    ) -> Result<impl Iterator<Item = Result<RecordBatch>> + Send + 'static> {
+        let path = self.path(&file.path).to_string();
+        let perr = |source| StoreError::Parquet {
+            path: path.clone(),
+            source,
+        };
+        let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .map_err(perr)?
+            .with_batch_size(64 * 1024);
+        if let Some(cols) = columns {
+            let schema = builder.schema().clone();
+            let indices: Vec<usize> = cols
+                .iter()
+                .filter_map(|c| schema.index_of(c).ok())
+                .collect();
+            let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+            builder = builder.with_projection(mask);
+        }
+        let reader = builder.build().map_err(perr)?;
+        Ok(reader.map(move |r| {
+            r.map_err(|e| StoreError::Parquet {
+                path: path.clone(),
+                source: e.into(),
+            })
+        }))
     }
 
     /// Reads a whole table (the files the manifest lists), with only the
@@ -304,6 +325,9 @@ pub struct PendingBatch {
     files: Vec<DataFile>,
     sources: Vec<SourceRecord>,
     parts: BTreeMap<Table, usize>,
+    /// The host bucket of every task this batch has seen, so that its
+    /// window rows are written bucket by bucket.
+    task_buckets: std::collections::HashMap<String, u32>,
 }
 
 impl PendingBatch {
@@ -329,9 +353,106 @@ impl PendingBatch {
         });
     }
 
+    /// Notes the hosts of `tasks` rows (call it as soon as tasks are known,
+    /// before their window rows are written): `task_windows` rows are then
+    /// written in one file per host bucket, which lets the blame sweep read
+    /// a few hosts at a time. Writing `tasks` notes them too.
+    pub fn note_tasks(&mut self, tasks: &RecordBatch) {
+        use arrow::array::{Array, AsArray};
+        let (Some(id), Some(host)) = (
+            tasks.column_by_name("task_id"),
+            tasks.column_by_name("host"),
+        ) else {
+            return;
+        };
+        let (Some(id), Some(host)) = (id.as_string_opt::<i32>(), host.as_string_opt::<i32>())
+        else {
+            return;
+        };
+        for i in 0..tasks.num_rows() {
+            if id.is_valid(i) && host.is_valid(i) {
+                self.task_buckets
+                    .entry(id.value(i).to_string())
+                    .or_insert_with(|| culprit_core::layout::host_bucket(host.value(i)));
+            }
+        }
+    }
+
+    /// Splits `task_windows` rows by the host bucket of their task; rows of
+    /// tasks this batch has not seen go last, under `None`.
+    fn by_bucket(&self, batches: &[RecordBatch]) -> Result<Vec<(Option<u32>, Vec<RecordBatch>)>> {
+        use arrow::array::{Array, AsArray, UInt32Array};
+        let n = culprit_core::layout::HOST_BUCKETS as usize;
+        let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); n + 1];
+        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+            let ids = batch
+                .column_by_name("task_id")
+                .and_then(|c| c.as_string_opt::<i32>());
+            let mut rows: Vec<Vec<u32>> = vec![Vec::new(); n + 1];
+            let mut last: Option<(usize, usize)> = None;
+            for i in 0..batch.num_rows() {
+                let b = match (ids, last) {
+                    (Some(ids), Some((j, b)))
+                        if ids.is_valid(i) && ids.value(j) == ids.value(i) =>
+                    {
+                        b
+                    }
+                    (Some(ids), _) if ids.is_valid(i) => {
+                        let b = self
+                            .task_buckets
+                            .get(ids.value(i))
+                            .map_or(n, |b| *b as usize);
+                        last = Some((i, b));
+                        b
+                    }
+                    _ => n,
+                };
+                rows[b].push(i as u32);
+            }
+            for (b, idx) in rows.into_iter().enumerate() {
+                if idx.len() == batch.num_rows() {
+                    out[b].push(batch.clone());
+                } else if !idx.is_empty() {
+                    let idx = UInt32Array::from(idx);
+                    out[b].push(arrow::compute::take_record_batch(batch, &idx)?);
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(b, v)| ((b < n).then_some(b as u32), v))
+            .collect())
+    }
+
     /// Writes rows of a table (in its canonical schema) as one or more
-    /// Parquet files. Empty input writes nothing.
+    /// Parquet files. Empty input writes nothing. `task_windows` rows go to
+    /// one file (or more) per host bucket (see [`PendingBatch::note_tasks`]).
     pub async fn write(&mut self, table: Table, batches: &[RecordBatch]) -> Result<()> {
+        match table {
+            Table::Tasks => {
+                for b in batches {
+                    self.note_tasks(b);
+                }
+                self.write_files(table, batches, None).await
+            }
+            Table::TaskWindows => {
+                for (bucket, batches) in self.by_bucket(batches)? {
+                    self.write_files(table, &batches, bucket).await?;
+                }
+                Ok(())
+            }
+            _ => self.write_files(table, batches, None).await,
+        }
+    }
+
+    async fn write_files(
+        &mut self,
+        table: Table,
+        batches: &[RecordBatch],
+        bucket: Option<u32>,
+    ) -> Result<()> {
         let schema = table.schema();
         let mut current: Option<(AsyncArrowWriter<BufWriter>, String, u64)> = None;
         for batch in batches.iter().filter(|b| b.num_rows() > 0) {
@@ -365,6 +486,7 @@ impl PendingBatch {
                         rows: 0,
                         bytes: 0,
                         batch: self.id.clone(),
+                        bucket,
                     });
                     current = Some((w, rel, 0));
                 }

@@ -3,10 +3,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::critical_path::critical_path;
-use super::model::{Dataset, Micros, WindowRow, N_RES};
+use super::model::{Dataset, Interner, Micros, WindowRow, N_RES};
 use super::sweep::{self, Attribution, Cells, EXTERNAL, GC, UNKNOWN};
 use crate::{MethodError, Resource};
 
@@ -73,30 +73,99 @@ impl Culprit {
             s => Culprit::Stage(s),
         }
     }
+
+    fn code(self) -> u32 {
+        match self {
+            Culprit::Stage(s) => s,
+            Culprit::Gc => GC,
+            Culprit::External => EXTERNAL,
+            Culprit::Unknown => UNKNOWN,
+        }
+    }
 }
+
+/// No host (cluster-wide slots) or no via stage, in [`Entry`]'s compact fields.
+const NONE: u32 = u32::MAX;
 
 /// One level-4 node: seconds of `stage`'s blocked time on `resource`
 /// (`detail`) at `host` (`None`: cluster-wide slots) attributed to `culprit`
 /// (`via`: the slot holder the blame passed through, section 5b).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Kept in 32 bytes (codes instead of enums and options): a large analysis
+/// holds one per level-4 node until its result is sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Entry {
     pub stage: u32,
-    pub resource: Resource,
     pub detail: u32,
-    pub host: Option<u32>,
-    pub culprit: Culprit,
-    pub via: Option<u32>,
+    host: u32,
+    culprit: u32,
+    via: u32,
+    pub resource: Resource,
     pub seconds: f64,
 }
 
-/// Level-4 nodes in chunks (one per sweep job, in job order), so that the
-/// result of a large analysis is never copied into one vector.
+impl Entry {
+    pub fn new(
+        stage: u32,
+        resource: Resource,
+        detail: u32,
+        host: Option<u32>,
+        culprit: Culprit,
+        via: Option<u32>,
+        seconds: f64,
+    ) -> Entry {
+        Entry {
+            stage,
+            detail,
+            host: host.unwrap_or(NONE),
+            culprit: culprit.code(),
+            via: via.unwrap_or(NONE),
+            resource,
+            seconds,
+        }
+    }
+
+    /// The host, `None` for the cluster-wide slot sweep.
+    pub fn host(&self) -> Option<u32> {
+        (self.host != NONE).then_some(self.host)
+    }
+
+    pub fn culprit(&self) -> Culprit {
+        Culprit::from_code(self.culprit)
+    }
+
+    /// The slot holder the blame passed through (section 5b).
+    pub fn via(&self) -> Option<u32> {
+        (self.via != NONE).then_some(self.via)
+    }
+
+    /// The same victim node with another culprit.
+    pub fn with_culprit(self, culprit: Culprit, via: Option<u32>, seconds: f64) -> Entry {
+        Entry {
+            culprit: culprit.code(),
+            via: via.unwrap_or(NONE),
+            seconds,
+            ..self
+        }
+    }
+}
+
+/// Level-4 nodes in chunks (one per sweep job or host bucket, in a
+/// deterministic order), so that the result of a large analysis is never
+/// copied into one vector and can be sent chunk by chunk.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Level4 {
     chunks: Vec<Vec<Entry>>,
+    /// Names of the detail ids when they are not the dataset's (window rows
+    /// streamed from the store intern their details here).
+    details: Option<Interner>,
 }
 
 impl Level4 {
+    pub fn from_chunks(chunks: Vec<Vec<Entry>>, details: Option<Interner>) -> Level4 {
+        Level4 { chunks, details }
+    }
+
     pub fn iter(&self) -> std::iter::Flatten<std::slice::Iter<'_, Vec<Entry>>> {
         self.chunks.iter().flatten()
     }
@@ -112,11 +181,24 @@ impl Level4 {
     pub fn to_vec(&self) -> Vec<Entry> {
         self.iter().cloned().collect()
     }
+
+    /// The names of the entries' detail ids.
+    pub fn details<'a>(&'a self, ds: &'a Dataset) -> &'a Interner {
+        self.details.as_ref().unwrap_or(&ds.details)
+    }
+
+    /// The chunks, to consume one at a time, and the detail names.
+    pub fn into_parts(self) -> (Vec<Vec<Entry>>, Option<Interner>) {
+        (self.chunks, self.details)
+    }
 }
 
 impl From<Vec<Entry>> for Level4 {
     fn from(v: Vec<Entry>) -> Self {
-        Level4 { chunks: vec![v] }
+        Level4 {
+            chunks: vec![v],
+            details: None,
+        }
     }
 }
 
@@ -207,24 +289,136 @@ pub fn resolve_victims(ds: &Dataset, opts: &BlameOptions) -> Result<Victims, Met
     Ok(Victims { queries, stages })
 }
 
-/// Level-4 blame of the victims' stages.
+/// Level-4 blame of the victims' stages, over the window rows in memory.
 pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Level4), MethodError> {
+    blame_with(ds, opts, |victim, win, mode| {
+        Ok(level4(ds, victim, win, mode))
+    })
+}
+
+/// Level-4 blame with the sweeps done by `sweeps(explained stages, window,
+/// mode)`, e.g. over window rows streamed host bucket by host bucket with
+/// [`sweep_part`] and [`slot_entries`].
+pub fn blame_with<E: From<MethodError>>(
+    ds: &Dataset,
+    opts: &BlameOptions,
+    sweeps: impl FnOnce(&[bool], (Micros, Micros), Attribution) -> Result<Level4, E>,
+) -> Result<(Victims, Level4), E> {
     let victims = resolve_victims(ds, opts)?;
     let win = window(opts);
     let entries = match opts.slots {
-        SlotBlame::Direct => level4(ds, &victims.stages, win, opts.attribution),
+        SlotBlame::Direct => sweeps(&victims.stages, win, opts.attribution)?,
         SlotBlame::Transitive => {
             // Holders need their own level 4: explain every stage, then keep the victims'.
             let all = vec![true; ds.stages.len()];
-            let entries = level4(ds, &all, win, opts.attribution);
+            let entries = sweeps(&all, win, opts.attribution)?;
             let kept: Vec<Entry> = transitive(ds, &entries, win)
                 .into_iter()
                 .filter(|e| victims.stages[e.stage as usize])
                 .collect();
-            kept.into()
+            Level4::from_chunks(vec![kept], entries.details)
         }
     };
     Ok((victims, entries))
+}
+
+/// The cluster-wide slot sweep (section 5) as level-4 nodes.
+pub fn slot_entries(
+    ds: &Dataset,
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+) -> Vec<Entry> {
+    let slots_idx = super::model::resource_index(Resource::Slots);
+    let slot_rows: Vec<&[super::model::HostRow]> = (0..ds.hosts.len())
+        .map(|h| ds.host_rows[h * N_RES + slots_idx].as_slice())
+        .collect();
+    let cells = sweep::sweep_slots(ds, &slot_rows, victim, win, mode);
+    let mut entries = Vec::new();
+    push_cells(&mut entries, cells, Resource::Slots, None);
+    entries
+}
+
+/// The window rows of some hosts (one host bucket), grouped by (host,
+/// resource) as in [`Dataset::group`], with the tasks they name.
+#[derive(Debug)]
+pub struct Part {
+    /// Indexed by group; the groups of other hosts stay empty.
+    pub groups: Vec<Vec<WindowRow>>,
+    /// Tasks with at least one window row here.
+    pub with_windows: FxHashSet<u32>,
+    last_task: u32,
+}
+
+impl Part {
+    /// An empty part for a dataset with `groups` (host, resource) groups.
+    pub fn new(groups: usize) -> Part {
+        Part {
+            groups: vec![Vec::new(); groups],
+            with_windows: FxHashSet::default(),
+            last_task: u32::MAX,
+        }
+    }
+
+    pub fn push(&mut self, task: u32, group: usize, row: WindowRow) {
+        // Rows come grouped by task: one set insert per task, not per row.
+        if task != self.last_task {
+            self.with_windows.insert(task);
+            self.last_task = task;
+        }
+        self.groups[group].push(row);
+    }
+
+    pub fn rows(&self) -> usize {
+        self.groups.iter().map(|g| g.len()).sum()
+    }
+}
+
+/// The sweeps of every (host, resource) of `hosts`, whose window rows are
+/// all in `parts` (tasks of those hosts without rows there are known by their
+/// totals, section 2). One thread; run parts on several.
+pub fn sweep_part(
+    ds: &Dataset,
+    hosts: &[u32],
+    tasks_by_host: &[Vec<u32>],
+    parts: &[&Part],
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+) -> Vec<Entry> {
+    let mut synth: FxHashMap<usize, Vec<WindowRow>> = FxHashMap::default();
+    for &h in hosts {
+        for &t in &tasks_by_host[h as usize] {
+            if !parts.iter().any(|p| p.with_windows.contains(&t)) {
+                for (r, row) in ds.synthesize(t) {
+                    synth.entry(Dataset::group(h, r)).or_default().push(row);
+                }
+            }
+        }
+    }
+    let slots_idx = super::model::resource_index(Resource::Slots);
+    let mut groups: Vec<usize> = hosts
+        .iter()
+        .flat_map(|&h| (0..N_RES).map(move |r| h as usize * N_RES + r))
+        .filter(|&g| {
+            g % N_RES != slots_idx
+                && (synth.contains_key(&g) || parts.iter().any(|p| !p.groups[g].is_empty()))
+        })
+        .collect();
+    groups.sort_unstable();
+    let mut entries = Vec::new();
+    for g in groups {
+        let r = Resource::ALL[g % N_RES];
+        let rows: Vec<&[WindowRow]> = parts
+            .iter()
+            .map(|p| &p.groups[g])
+            .chain(synth.get(&g))
+            .map(|v| v.as_slice())
+            .collect();
+        let cells = sweep::sweep_group(ds, r, &rows, &ds.host_rows[g], victim, win, mode);
+        push_cells(&mut entries, cells, r, Some((g / N_RES) as u32));
+    }
+    entries
 }
 
 /// The sweeps, both cores: one job per (host, resource), plus the slots.
@@ -243,43 +437,43 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
     jobs.sort_by_key(|g| std::cmp::Reverse(ds.windows[*g].len() + synth[*g].len()));
     // usize::MAX stands for the slot sweep.
     jobs.insert(0, usize::MAX);
-    // Workers take jobs in order; results land in their job's slot, so the
-    // output order does not depend on thread timing.
+    let chunks = parallel(jobs.len(), |j| {
+        let g = jobs[j];
+        if g == usize::MAX {
+            return slot_entries(ds, victim, win, mode);
+        }
+        let host = (g / N_RES) as u32;
+        let r = Resource::ALL[g % N_RES];
+        let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
+        let cells = sweep::sweep_group(ds, r, &rows, &ds.host_rows[g], victim, win, mode);
+        let mut entries = Vec::new();
+        push_cells(&mut entries, cells, r, Some(host));
+        entries
+    });
+    // Within a job the order is that of an FxHashMap (no random seed):
+    // deterministic for the same data.
+    Level4::from_chunks(chunks, None)
+}
+
+/// Runs `job(0..n)` on every core, jobs taken in order; the results come
+/// back in job order, whatever the thread timing.
+pub fn parallel<T: Send>(n: usize, job: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
-        .min(jobs.len());
-    let results: Vec<Vec<(usize, Vec<Entry>)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads.max(1))
+        .min(n)
+        .max(1);
+    let results: Vec<Vec<(usize, T)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut out = Vec::new();
                     loop {
                         let j = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&g) = jobs.get(j) else { break };
-                        let mut entries = Vec::new();
-                        if g == usize::MAX {
-                            let slot_rows: Vec<&[super::model::HostRow]> = (0..ds.hosts.len())
-                                .map(|h| ds.host_rows[h * N_RES + slots_idx].as_slice())
-                                .collect();
-                            let cells = sweep::sweep_slots(ds, &slot_rows, victim, win, mode);
-                            push_cells(&mut entries, cells, Resource::Slots, None);
-                        } else {
-                            let host = (g / N_RES) as u32;
-                            let r = Resource::ALL[g % N_RES];
-                            let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
-                            let cells = sweep::sweep_group(
-                                ds,
-                                r,
-                                &rows,
-                                &ds.host_rows[g],
-                                victim,
-                                win,
-                                mode,
-                            );
-                            push_cells(&mut entries, cells, r, Some(host));
+                        if j >= n {
+                            break;
                         }
-                        out.push((j, entries));
+                        out.push((j, job(j)));
                     }
                     out
                 })
@@ -290,29 +484,23 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
             .map(|h| h.join().expect("sweep thread"))
             .collect()
     });
-    let mut by_job: Vec<(usize, Vec<Entry>)> = results.into_iter().flatten().collect();
+    let mut by_job: Vec<(usize, T)> = results.into_iter().flatten().collect();
     by_job.sort_unstable_by_key(|(j, _)| *j);
-    // Within a job the order is that of an FxHashMap (no random seed):
-    // deterministic for the same data.
-    Level4 {
-        chunks: by_job.into_iter().map(|(_, e)| e).collect(),
-    }
+    by_job.into_iter().map(|(_, t)| t).collect()
 }
 
 fn push_cells(out: &mut Vec<Entry>, cells: Cells, resource: Resource, host: Option<u32>) {
-    out.extend(
-        cells
-            .into_iter()
-            .map(|((stage, detail, c), seconds)| Entry {
-                stage,
-                resource,
-                detail,
-                host,
-                culprit: Culprit::from_code(c),
-                via: None,
-                seconds,
-            }),
-    );
+    out.extend(cells.into_iter().map(|((stage, detail, c), seconds)| {
+        Entry::new(
+            stage,
+            resource,
+            detail,
+            host,
+            Culprit::from_code(c),
+            None,
+            seconds,
+        )
+    }));
 }
 
 /// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
@@ -327,9 +515,10 @@ fn transitive(ds: &Dataset, entries: &Level4, (from, to): (Micros, Micros)) -> V
     let mut rho: FxHashMap<u32, Vec<(Culprit, f64)>> = FxHashMap::default();
     for e in entries.iter().filter(|e| e.resource != Resource::Slots) {
         let v = rho.entry(e.stage).or_default();
-        match v.iter_mut().find(|(c, _)| *c == e.culprit) {
+        let c = e.culprit();
+        match v.iter_mut().find(|(x, _)| *x == c) {
             Some((_, x)) => *x += e.seconds,
-            None => v.push((e.culprit, e.seconds)),
+            None => v.push((c, e.seconds)),
         }
     }
     for (cs, v) in rho.iter_mut() {
@@ -349,8 +538,8 @@ fn transitive(ds: &Dataset, entries: &Level4, (from, to): (Micros, Micros)) -> V
         }
     }
     let mut out = Vec::with_capacity(entries.len());
-    for e in entries.iter().cloned() {
-        let Culprit::Stage(cs) = e.culprit else {
+    for e in entries.iter().copied() {
+        let Culprit::Stage(cs) = e.culprit() else {
             out.push(e);
             continue;
         };
@@ -362,12 +551,7 @@ fn transitive(ds: &Dataset, entries: &Level4, (from, to): (Micros, Micros)) -> V
         let passed: f64 = shares.iter().map(|(_, x)| x).sum();
         for &(x, r) in shares {
             if r > 0.0 {
-                out.push(Entry {
-                    culprit: x,
-                    via: Some(cs),
-                    seconds: e.seconds * r,
-                    ..e.clone()
-                });
+                out.push(e.with_culprit(x, Some(cs), e.seconds * r));
             }
         }
         let stays = e.seconds * (1.0 - passed);

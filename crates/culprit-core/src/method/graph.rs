@@ -91,17 +91,24 @@ impl IqcGraph {
             let l3 = node(
                 &mut graph,
                 v,
-                NodeKey::Host(e.stage, e.resource, e.detail, e.host),
+                NodeKey::Host(e.stage, e.resource, e.detail, e.host()),
                 b,
             );
             let l4 = node(
                 &mut graph,
                 v,
-                NodeKey::Blame(e.stage, e.resource, e.detail, e.host, e.culprit, e.via),
+                NodeKey::Blame(
+                    e.stage,
+                    e.resource,
+                    e.detail,
+                    e.host(),
+                    e.culprit(),
+                    e.via(),
+                ),
                 b,
             );
             let mut chain = vec![(l4, l3), (l3, l2), (l2, l1), (l1, l0)];
-            match e.culprit {
+            match e.culprit() {
                 Culprit::Stage(cs) => {
                     let l5 = node(&mut graph, v, NodeKey::CulpritStage(cs), b);
                     let l6 = node(&mut graph, v, NodeKey::CulpritQuery(ds.stage_query(cs)), b);

@@ -11,7 +11,10 @@ pub mod sweep;
 #[cfg(test)]
 mod tests;
 
-pub use blame::{blame, BlameOptions, Culprit, Entry, Level4, SlotBlame, VictimStages, Victims};
+pub use blame::{
+    blame, blame_with, parallel, slot_entries, sweep_part, BlameOptions, Culprit, Entry, Level4,
+    Part, SlotBlame, VictimStages, Victims,
+};
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};
 pub use model::{Dataset, Micros};

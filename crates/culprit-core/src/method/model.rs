@@ -11,7 +11,7 @@ use crate::Resource;
 pub type Micros = i64;
 
 /// Interns strings to dense ids.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Interner {
     ids: FxHashMap<String, u32>,
     names: Vec<String>,
@@ -345,6 +345,10 @@ impl Dataset {
                 .filter(|a| a.is_valid(i))
                 .map_or(0.0, |a| a.value(i))
         };
+        self.task_ids.reserve(batch.num_rows());
+        self.tasks.reserve(batch.num_rows());
+        // Consecutive rows usually belong to one stage: remember the last.
+        let mut last_stage: Option<(usize, u32)> = None;
         for i in 0..batch.num_rows() {
             let (Some(l), Some(fin)) = (opt_time(&launch, i), opt_time(&finish, i)) else {
                 self.skipped_rows += 1;
@@ -355,7 +359,11 @@ impl Dataset {
                 self.skipped_rows += 1;
                 continue;
             }
-            let stage = self.intern_stage(q.value(i), s.value(i));
+            let stage = match last_stage {
+                Some((j, st)) if q.value(j) == q.value(i) && s.value(j) == s.value(i) => st,
+                _ => self.intern_stage(q.value(i), s.value(i)),
+            };
+            last_stage = Some((i, stage));
             let host = self.hosts.intern(h.value(i));
             let t = self.tasks.len() as u32;
             self.task_ids.insert(id.value(i).to_string(), t);
@@ -411,59 +419,48 @@ impl Dataset {
 
     /// Adds `task_windows` rows (their tasks must have been added).
     pub fn add_task_windows(&mut self, batch: &RecordBatch) {
-        let (Some(id), Some(res)) = (text(batch, "task_id"), text(batch, "resource")) else {
-            return;
-        };
-        let detail = text(batch, "detail");
-        let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
-        let f = |name: &str| {
-            batch
-                .column_by_name(name)
-                .map(|c| c.as_primitive::<Float64Type>().clone())
-        };
-        let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
-        let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
-            a.as_ref()
-                .filter(|a| a.is_valid(i))
-                .map_or(0.0, |a| a.value(i))
-        };
-        // Consecutive rows usually name the same task: remember the last lookup.
-        let mut last: Option<(usize, u32)> = None;
-        for i in 0..batch.num_rows() {
-            let key = id.value(i);
-            let task = match last {
-                Some((j, t)) if id.value(j) == key => Some(t),
-                _ => self.task_ids.get(key).copied(),
-            };
-            let (Some(task), Some(s), Some(e)) = (task, opt_time(&start, i), opt_time(&end, i))
-            else {
-                self.skipped_rows += 1;
-                continue;
-            };
-            last = Some((i, task));
-            let Ok(r) = res.value(i).parse::<Resource>() else {
-                self.skipped_rows += 1;
-                continue;
-            };
-            let d = match detail.as_ref().filter(|d| d.is_valid(i)) {
-                Some(d) => self.details.intern(d.value(i)),
-                None => 0,
-            };
-            let t = &mut self.tasks[task as usize];
-            t.has_windows = true;
-            let g = Dataset::group(t.host, r);
-            let stage = t.stage;
-            self.windows[g].push(WindowRow {
-                task,
-                stage,
-                detail: d,
-                start: s,
-                end: e,
-                blocked: val(&blocked, i),
-                acquired: val(&acquired, i),
-                gc: val(&gc, i) as f32,
-            });
+        let Dataset {
+            details,
+            tasks,
+            windows,
+            skipped_rows,
+            ..
+        } = self;
+        let mut seen = Vec::new();
+        *skipped_rows += fold(
+            &self.task_ids,
+            tasks,
+            batch,
+            &mut |d| details.intern(d),
+            &mut |task, group, row| {
+                seen.push(task);
+                windows[group].push(row);
+            },
+        );
+        for t in seen {
+            self.tasks[t as usize].has_windows = true;
         }
+    }
+
+    /// Folds `task_windows` rows into `sink(task, group, row)` without
+    /// storing them; `detail` interns a detail name. Returns the rows skipped
+    /// (unknown task, no times, unknown resource).
+    pub fn fold_task_windows(
+        &self,
+        batch: &RecordBatch,
+        detail: &mut dyn FnMut(&str) -> u32,
+        sink: &mut dyn FnMut(u32, usize, WindowRow),
+    ) -> usize {
+        fold(&self.task_ids, &self.tasks, batch, detail, sink)
+    }
+
+    /// Per host, its tasks.
+    pub fn tasks_by_host(&self) -> Vec<Vec<u32>> {
+        let mut by = vec![Vec::new(); self.hosts.len()];
+        for (i, t) in self.tasks.iter().enumerate() {
+            by[t.host as usize].push(i as u32);
+        }
+        by
     }
 
     /// Adds `host_windows` rows. Rows of hosts no task ran on are kept too.
@@ -537,10 +534,16 @@ impl Dataset {
     /// The window rows a task known only by totals stands for: one row per
     /// resource from launch to finish (method.md section 2).
     pub fn synthesized_rows(&self, task: u32) -> Vec<(Resource, WindowRow)> {
-        let t = &self.tasks[task as usize];
-        if t.has_windows {
+        if self.tasks[task as usize].has_windows {
             return Vec::new();
         }
+        self.synthesize(task)
+    }
+
+    /// The rows of [`Dataset::synthesized_rows`], whether or not the task has
+    /// window rows (for callers that track that themselves).
+    pub fn synthesize(&self, task: u32) -> Vec<(Resource, WindowRow)> {
+        let t = &self.tasks[task as usize];
         let x = &t.totals;
         let row = |blocked: f64, acquired: f64, gc: f64| WindowRow {
             task,
@@ -575,6 +578,79 @@ impl Dataset {
         push(Resource::Memory, x.memory_blocked, 0.0, 0.0);
         out
     }
+}
+
+fn fold(
+    task_ids: &FxHashMap<String, u32>,
+    tasks: &[TaskInfo],
+    batch: &RecordBatch,
+    detail: &mut dyn FnMut(&str) -> u32,
+    sink: &mut dyn FnMut(u32, usize, WindowRow),
+) -> usize {
+    let (Some(id), Some(res)) = (text(batch, "task_id"), text(batch, "resource")) else {
+        return 0;
+    };
+    let details = text(batch, "detail");
+    let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
+    let f = |name: &str| {
+        batch
+            .column_by_name(name)
+            .map(|c| c.as_primitive::<Float64Type>().clone())
+    };
+    let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
+    let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
+        a.as_ref()
+            .filter(|a| a.is_valid(i))
+            .map_or(0.0, |a| a.value(i))
+    };
+    let mut skipped = 0;
+    // Consecutive rows usually name the same task, and often the same
+    // resource: remember the last lookups.
+    let mut last: Option<(usize, u32)> = None;
+    let mut last_res: Option<(usize, Resource)> = None;
+    for i in 0..batch.num_rows() {
+        let key = id.value(i);
+        let task = match last {
+            Some((j, t)) if id.value(j) == key => Some(t),
+            _ => task_ids.get(key).copied(),
+        };
+        let (Some(task), Some(s), Some(e)) = (task, opt_time(&start, i), opt_time(&end, i)) else {
+            skipped += 1;
+            continue;
+        };
+        last = Some((i, task));
+        let r = match last_res {
+            Some((j, r)) if res.value(j) == res.value(i) => r,
+            _ => match res.value(i).parse::<Resource>() {
+                Ok(r) => r,
+                Err(_) => {
+                    skipped += 1;
+                    continue;
+                }
+            },
+        };
+        last_res = Some((i, r));
+        let d = match details.as_ref().filter(|d| d.is_valid(i)) {
+            Some(d) => detail(d.value(i)),
+            None => 0,
+        };
+        let t = &tasks[task as usize];
+        sink(
+            task,
+            Dataset::group(t.host, r),
+            WindowRow {
+                task,
+                stage: t.stage,
+                detail: d,
+                start: s,
+                end: e,
+                blocked: val(&blocked, i),
+                acquired: val(&acquired, i),
+                gc: val(&gc, i) as f32,
+            },
+        );
+    }
+    skipped
 }
 
 fn text(batch: &RecordBatch, name: &str) -> Option<StringArray> {

@@ -226,8 +226,15 @@ pub fn sweep_group(
     let mut active = ActiveSet::new(sweep.len());
     let mut victims = ActiveSet::new(sweep.len());
     let mut hosts: Vec<u32> = Vec::new();
-    let mut by_stage: Vec<(u32, f64)> = Vec::new();
-    let mut by_key: Vec<(u32, f64)> = Vec::new();
+    // Keys with a victim row active and stages with a consumer row active,
+    // each with a small slot number: pair shares accumulate in
+    // `acc[key slot][stage slot]` (no search per event) and move to `pairs`
+    // when the key or the stage has no active row left.
+    let mut key_rows = vec![0u32; keys.len()];
+    let mut stage_rows = vec![0u32; stages.len()];
+    let mut key_slots = SlotSet::new(keys.len());
+    let mut stage_slots = SlotSet::new(stages.len());
+    let mut acc: Vec<Vec<f64>> = Vec::new();
     let mut prev = events.first().map_or(0, |e| e.0);
 
     for &(t, ev) in &events {
@@ -293,18 +300,15 @@ pub fn sweep_group(
         if end {
             if xvictim {
                 // x as victim: settle against the consumers still active.
-                by_stage.clear();
+                let (phi, ks) = (xr.phi, key_slots.slot[xkey as usize] as usize);
+                let row = &mut acc[ks];
                 for &c in &active.items {
                     let cr = &sweep[c as usize];
                     if c != x && cr.a > 0.0 {
-                        add_to(&mut by_stage, cr.stage, cr.a);
+                        row[stage_slots.slot[cr.stage as usize] as usize] += cr.a * phi;
                     }
                 }
                 let r = &sweep[x as usize];
-                let list = &mut pairs[xkey as usize];
-                for &(cs, a) in &by_stage {
-                    add_to(list, cs, a * r.phi);
-                }
                 let sd = &mut side[xkey as usize];
                 if mode == Attribution::Window {
                     // Seconds: external and unknown straight to the key.
@@ -312,6 +316,7 @@ pub fn sweep_group(
                     sd[1] += r.unk;
                 } else {
                     // Beta of external and unknown, kept as pseudo-stages.
+                    let list = &mut pairs[xkey as usize];
                     add_to(list, LOCAL_EXTERNAL, r.ext);
                     add_to(list, LOCAL_UNKNOWN, r.unk);
                     sd[2] += r.total;
@@ -320,29 +325,73 @@ pub fn sweep_group(
             }
             if xa > 0.0 {
                 // x as consumer: settle against the victims still active.
-                by_key.clear();
+                let ss = stage_slots.slot[xstage as usize] as usize;
                 for &v in &victims.items {
                     if v != x {
                         let r = &sweep[v as usize];
-                        add_to(&mut by_key, r.key, r.phi);
+                        acc[key_slots.slot[r.key as usize] as usize][ss] += xa * r.phi;
                     }
-                }
-                for &(k, phi) in &by_key {
-                    add_to(&mut pairs[k as usize], xstage, xa * phi);
                 }
             }
             active.remove(x);
-        } else {
+            if xvictim {
+                key_rows[xkey as usize] -= 1;
+                if key_rows[xkey as usize] == 0 {
+                    let ks = key_slots.remove(xkey);
+                    let list = &mut pairs[xkey as usize];
+                    for &(s, ss) in &stage_slots.items {
+                        let v = &mut acc[ks][ss as usize];
+                        if *v != 0.0 {
+                            add_to(list, s, *v);
+                            *v = 0.0;
+                        }
+                    }
+                }
+            }
             if xa > 0.0 {
-                by_key.clear();
+                stage_rows[xstage as usize] -= 1;
+                if stage_rows[xstage as usize] == 0 {
+                    let ss = stage_slots.remove(xstage);
+                    for &(k, ks) in &key_slots.items {
+                        let v = &mut acc[ks as usize][ss];
+                        if *v != 0.0 {
+                            add_to(&mut pairs[k as usize], xstage, *v);
+                            *v = 0.0;
+                        }
+                    }
+                }
+            }
+        } else {
+            if xvictim {
+                key_rows[xkey as usize] += 1;
+                if key_rows[xkey as usize] == 1 {
+                    let ks = key_slots.insert(xkey);
+                    if acc.len() <= ks {
+                        acc.resize(ks + 1, Vec::new());
+                    }
+                    if acc[ks].len() < stage_slots.slots() {
+                        acc[ks].resize(stage_slots.slots(), 0.0);
+                    }
+                }
+            }
+            if xa > 0.0 {
+                stage_rows[xstage as usize] += 1;
+                let ss = if stage_rows[xstage as usize] == 1 {
+                    let ss = stage_slots.insert(xstage);
+                    for row in acc.iter_mut() {
+                        if row.len() <= ss {
+                            row.resize(ss + 1, 0.0);
+                        }
+                    }
+                    ss
+                } else {
+                    stage_slots.slot[xstage as usize] as usize
+                };
                 for &v in &victims.items {
                     let r = &sweep[v as usize];
                     if r.phi != 0.0 {
-                        add_to(&mut by_key, r.key, r.phi);
+                        acc[key_slots.slot[r.key as usize] as usize][ss] -= xa * r.phi;
                     }
-                }
-                for &(k, phi) in &by_key {
-                    add_to(&mut pairs[k as usize], xstage, -xa * phi);
                 }
             }
             active.insert(x);
@@ -400,6 +449,58 @@ pub fn sweep_group(
 const LOCAL_EXTERNAL: u32 = u32::MAX;
 const LOCAL_UNKNOWN: u32 = u32::MAX - 1;
 
+/// Moves a pair's accumulated seconds into `cells`.
+#[inline]
+fn flush(cells: &mut Cells, x: &mut f64, victim: u32, culprit: u32) {
+    if *x != 0.0 {
+        *cells.entry((victim, 0, culprit)).or_insert(0.0) += *x;
+        *x = 0.0;
+    }
+}
+
+/// Stages in a set, each with a slot number reused once it leaves.
+struct SlotSet {
+    /// (stage, slot)
+    items: Vec<(u32, u32)>,
+    slot: Vec<u32>,
+    free: Vec<u32>,
+    next: u32,
+}
+
+impl SlotSet {
+    fn new(n: usize) -> Self {
+        SlotSet {
+            items: Vec::new(),
+            slot: vec![u32::MAX; n],
+            free: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// Slots handed out so far (the highest slot number + 1).
+    fn slots(&self) -> usize {
+        self.next as usize
+    }
+
+    fn insert(&mut self, s: u32) -> usize {
+        let k = self.free.pop().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        });
+        self.slot[s as usize] = k;
+        self.items.push((s, k));
+        k as usize
+    }
+
+    fn remove(&mut self, s: u32) -> usize {
+        let k = self.slot[s as usize];
+        self.items.retain(|&(x, _)| x != s);
+        self.free.push(k);
+        self.slot[s as usize] = u32::MAX;
+        k as usize
+    }
+}
+
 /// The cluster-wide slot sweep: a task's wait from `ready_time` to
 /// `launch_time` is split over the stages holding slots by slot-seconds held;
 /// free capacity (when `slots` host rows give it) goes to `unknown`.
@@ -449,16 +550,29 @@ pub fn sweep_slots(
     events.sort_unstable_by_key(|e| e.0);
 
     let n_st = ds.stages.len();
+    // Per holding stage cs: H_cs = integral of held_cs dPhi, kept lazily as
+    // (value, Phi) at its last change. A waiting stage vs with count W over
+    // [a, b) owes cs exactly W * (H_cs(b) - H_cs(a)); so a hold event costs
+    // O(1), and pairs are settled only at wait events (over the few stages
+    // holding slots) and when a stage starts or stops holding.
     let mut held = vec![0i64; n_st];
+    let mut h_val = vec![0.0f64; n_st];
+    let mut h_phi = vec![0.0f64; n_st];
     let mut wait = vec![0i64; n_st];
-    let mut last_h = vec![0.0f64; n_st]; // Phi at the last change of held[s]
-    let mut last_w = vec![0.0f64; n_st]; // Phi at the last change of wait[s]
     let mut last_u = vec![0.0f64; n_st]; // Psi at the last change of wait[s]
-    let mut holders: Vec<u32> = Vec::new();
-    let mut waiters: Vec<u32> = Vec::new();
+    let mut unknown = vec![0.0f64; n_st];
+    let mut holders = SlotSet::new(n_st);
+    let mut waiters = SlotSet::new(n_st);
+    // Per (waiter slot, holder slot): H of the holder at the waiter's last
+    // event (or the holder's start), and the seconds owed so far.
+    let mut snap: Vec<Vec<f64>> = Vec::new();
+    let mut acc: Vec<Vec<f64>> = Vec::new();
     let (mut total_held, mut capacity) = (0i64, 0.0f64);
     let (mut phi, mut psi) = (0.0f64, 0.0f64);
     let mut prev = events.first().map_or(0, |e| e.0);
+    let h_now = |cs: usize, held: &[i64], h_val: &[f64], h_phi: &[f64], phi: f64| {
+        h_val[cs] + held[cs] as f64 * (phi - h_phi[cs])
+    };
 
     for &(t, kind, delta, id) in &events {
         if t > prev {
@@ -480,53 +594,88 @@ pub fn sweep_slots(
         match kind {
             0 => {
                 let cs = id as usize;
-                for &vs in &waiters {
-                    let vs = vs as usize;
-                    let since = last_w[vs].max(last_h[cs]);
-                    let x = (wait[vs] * held[cs]) as f64 * (phi - since);
-                    if x != 0.0 {
-                        *cells.entry((vs as u32, 0, id)).or_insert(0.0) += x;
+                if held[cs] == 0 {
+                    let hs = holders.insert(id);
+                    for (row_s, row_a) in snap.iter_mut().zip(acc.iter_mut()) {
+                        if row_s.len() <= hs {
+                            row_s.resize(hs + 1, 0.0);
+                            row_a.resize(hs + 1, 0.0);
+                        }
+                    }
+                    for &(_, ws) in &waiters.items {
+                        snap[ws as usize][hs] = h_val[cs];
                     }
                 }
-                if held[cs] == 0 {
-                    holders.push(id);
-                }
+                h_val[cs] = h_now(cs, &held, &h_val, &h_phi, phi);
+                h_phi[cs] = phi;
                 held[cs] += delta as i64;
                 total_held += delta as i64;
-                last_h[cs] = phi;
                 if held[cs] == 0 {
-                    holders.retain(|&s| s != id);
+                    let hs = holders.remove(id);
+                    for &(vs, ws) in &waiters.items {
+                        let ws = ws as usize;
+                        acc[ws][hs] += wait[vs as usize] as f64 * (h_val[cs] - snap[ws][hs]);
+                        flush(&mut cells, &mut acc[ws][hs], vs, id);
+                    }
                 }
             }
             1 => {
                 let vs = id as usize;
-                if wait[vs] > 0 {
-                    for &cs in &holders {
-                        let c = cs as usize;
-                        let since = last_w[vs].max(last_h[c]);
-                        let x = (wait[vs] * held[c]) as f64 * (phi - since);
-                        if x != 0.0 {
-                            *cells.entry((id, 0, cs)).or_insert(0.0) += x;
-                        }
+                let ws = if wait[vs] > 0 {
+                    let ws = waiters.slot[vs] as usize;
+                    let w = wait[vs] as f64;
+                    for &(cs, hs) in &holders.items {
+                        let h = h_now(cs as usize, &held, &h_val, &h_phi, phi);
+                        let hs = hs as usize;
+                        acc[ws][hs] += w * (h - snap[ws][hs]);
+                        snap[ws][hs] = h;
                     }
-                    let u = wait[vs] as f64 * (psi - last_u[vs]);
-                    if u != 0.0 {
-                        *cells.entry((id, 0, UNKNOWN)).or_insert(0.0) += u;
-                    }
+                    unknown[vs] += w * (psi - last_u[vs]);
+                    ws
                 } else {
-                    waiters.push(id);
-                }
+                    let ws = waiters.insert(id);
+                    if acc.len() <= ws {
+                        acc.resize(ws + 1, Vec::new());
+                        snap.resize(ws + 1, Vec::new());
+                    }
+                    if acc[ws].len() < holders.slots() {
+                        acc[ws].resize(holders.slots(), 0.0);
+                        snap[ws].resize(holders.slots(), 0.0);
+                    }
+                    for &(cs, hs) in &holders.items {
+                        snap[ws][hs as usize] = h_now(cs as usize, &held, &h_val, &h_phi, phi);
+                    }
+                    ws
+                };
                 wait[vs] += delta as i64;
-                last_w[vs] = phi;
                 last_u[vs] = psi;
                 if wait[vs] == 0 {
-                    waiters.retain(|&s| s != id);
+                    waiters.remove(id);
+                    for &(cs, hs) in &holders.items {
+                        flush(&mut cells, &mut acc[ws][hs as usize], id, cs);
+                    }
                 }
             }
             _ => {
                 capacity += delta as f64 * caps[id as usize];
                 cap_rows += delta as i64;
             }
+        }
+    }
+    // Every hold and wait ended, so every pair was settled; this covers
+    // intervals left open (defensive).
+    for &(vs, ws) in &waiters.items {
+        let ws = ws as usize;
+        for &(cs, hs) in &holders.items {
+            let hs = hs as usize;
+            let h = h_now(cs as usize, &held, &h_val, &h_phi, phi);
+            acc[ws][hs] += wait[vs as usize] as f64 * (h - snap[ws][hs]);
+            flush(&mut cells, &mut acc[ws][hs], vs, cs);
+        }
+    }
+    for (vs, &u) in unknown.iter().enumerate() {
+        if u != 0.0 {
+            *cells.entry((vs as u32, 0, UNKNOWN)).or_insert(0.0) += u;
         }
     }
     cells.retain(|_, v| *v > EPS);

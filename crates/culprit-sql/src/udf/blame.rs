@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use culprit_core::method::model::Interner;
 use culprit_core::method::{
-    self, overlap, BlameOptions, Culprit, Dataset, IqcGraph, Level4, NodeKey, Victims,
+    self, overlap, BlameOptions, Culprit, Dataset, Entry, IqcGraph, Level4, NodeKey, Victims,
 };
 use culprit_core::Resource;
 use datafusion::arrow::array::{
@@ -18,8 +19,8 @@ use rustc_hash::FxHashMap;
 
 use super::args::Args;
 use super::out::{schema, Out, Ty, V};
-use super::table::{method_err, ComputedTable};
-use crate::engine::Engine;
+use super::table::{ComputedTable, Rows};
+use crate::engine::{Engine, Loaded};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -63,17 +64,17 @@ impl TableFunctionImpl for BlameFn {
             Kind::Nodes => nodes_schema(),
             Kind::Edges => edges_schema(),
         };
-        Ok(Arc::new(ComputedTable {
-            held: Default::default(),
+        Ok(Arc::new(ComputedTable::new(
             name,
             schema,
-            engine: self.engine.clone(),
-            compute: Arc::new(move |ds: &Dataset| {
-                let (victims, entries) =
-                    method::blame(ds, &opts).map_err(|e| method_err(name, e))?;
+            self.engine.clone(),
+            false,
+            Arc::new(move |loaded: &Loaded| {
+                let ds = &loaded.ds;
+                let (victims, entries) = loaded.blame(&opts).map_err(|e| e.named(name))?;
                 let t1 = std::time::Instant::now();
                 let r = match kind {
-                    Kind::Blame => blame_batch(ds, &victims, &entries),
+                    Kind::Blame => return blame_rows(loaded.ds.clone(), entries),
                     Kind::Culprits => culprits_batch(ds, &victims, &entries, &opts),
                     Kind::Nodes => nodes_batch(ds, &victims, &entries),
                     Kind::Edges => edges_batch(ds, &victims, &entries),
@@ -82,9 +83,9 @@ impl TableFunctionImpl for BlameFn {
                     "{name}: result built in {:.2} s",
                     t1.elapsed().as_secs_f64()
                 );
-                r
+                r.map(Rows::one)
             }),
-        }))
+        )))
     }
 }
 
@@ -129,8 +130,8 @@ pub fn bc0(ds: &Dataset, entries: &Level4) -> FxHashMap<u32, f64> {
     m
 }
 
-fn detail(ds: &Dataset, d: u32) -> Option<&str> {
-    (d != 0).then(|| ds.details.name(d))
+fn detail(names: &Interner, d: u32) -> Option<&str> {
+    (d != 0).then(|| names.name(d))
 }
 
 fn host(ds: &Dataset, h: Option<u32>) -> &str {
@@ -142,7 +143,7 @@ const KINDS: [&str; 5] = ["query", "self", "gc", "external", "unknown"];
 /// Keys into a dictionary of names; `NULL_KEY` marks a NULL.
 const NULL_KEY: i32 = -1;
 
-fn dict(keys: Vec<i32>, values: Vec<&str>) -> Result<ArrayRef> {
+fn dict(keys: Vec<i32>, values: &ArrayRef) -> Result<ArrayRef> {
     let nulls: Option<NullBuffer> = keys
         .contains(&NULL_KEY)
         .then(|| keys.iter().map(|k| *k != NULL_KEY).collect());
@@ -152,85 +153,147 @@ fn dict(keys: Vec<i32>, values: Vec<&str>) -> Result<ArrayRef> {
         keys
     };
     let keys = Int32Array::new(keys.into(), nulls);
-    let values: ArrayRef = Arc::new(StringArray::from(values));
     Ok(Arc::new(DictionaryArray::<Int32Type>::try_new(
-        keys, values,
+        keys,
+        values.clone(),
     )?))
 }
 
-/// Level 4, one row per explanation, in the order of the sweep (use ORDER BY).
-fn blame_batch(ds: &Dataset, _victims: &Victims, entries: &Level4) -> Result<RecordBatch> {
+/// Rows per batch of `blame()`'s result.
+const BLAME_BATCH_ROWS: usize = 64 * 1024;
+
+/// Level 4, one row per explanation, in the order of the sweep (use ORDER
+/// BY), built batch by batch as the result is read; each chunk of the sweep
+/// is freed once sent.
+fn blame_rows(ds: Arc<Dataset>, entries: Level4) -> Result<Rows> {
     let mut total = vec![0.0f64; ds.queries.len()];
-    for e in entries {
+    for e in &entries {
         total[ds.stage_query(e.stage) as usize] += e.seconds;
     }
-    let n = entries.len();
-    let keys = || Vec::<i32>::with_capacity(n);
-    let (mut vq, mut vs, mut res, mut det, mut host) = (keys(), keys(), keys(), keys(), keys());
-    let (mut kind, mut cq, mut cs, mut via) = (keys(), keys(), keys(), keys());
-    let (mut secs, mut dor) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut dor_valid = Vec::with_capacity(n);
-    let star = ds.hosts.len() as i32;
-    for e in entries {
-        let q = ds.stage_query(e.stage);
-        vq.push(q as i32);
-        vs.push(e.stage as i32);
-        res.push(culprit_core::method::model::resource_index(e.resource) as i32);
-        det.push(if e.detail == 0 {
-            NULL_KEY
-        } else {
-            e.detail as i32
-        });
-        host.push(e.host.map_or(star, |h| h as i32));
-        let (k, c_query, c_stage) = match e.culprit {
-            Culprit::Stage(s) => {
-                let sq = ds.stage_query(s);
-                (if sq == q { 1 } else { 0 }, sq as i32, s as i32)
-            }
-            Culprit::Gc => (2, NULL_KEY, NULL_KEY),
-            Culprit::External => (3, NULL_KEY, NULL_KEY),
-            Culprit::Unknown => (4, NULL_KEY, NULL_KEY),
-        };
-        kind.push(k);
-        cq.push(c_query);
-        cs.push(c_stage);
-        via.push(e.via.map_or(NULL_KEY, |v| v as i32));
-        secs.push(e.seconds);
-        let t = total[q as usize];
-        dor.push(if t > 0.0 { e.seconds / t } else { 0.0 });
-        dor_valid.push(t > 0.0);
-    }
-    let queries: Vec<&str> = (0..ds.queries.len() as u32)
-        .map(|q| ds.queries.name(q))
-        .collect();
-    let stages: Vec<&str> = (0..ds.stages.len() as u32)
-        .map(|s| ds.stage_name(s))
-        .collect();
+    let rows = entries.len();
+    let names = |v: Vec<&str>| -> ArrayRef { Arc::new(StringArray::from(v)) };
+    let queries = names(
+        (0..ds.queries.len() as u32)
+            .map(|q| ds.queries.name(q))
+            .collect(),
+    );
+    let stages = names(
+        (0..ds.stages.len() as u32)
+            .map(|s| ds.stage_name(s))
+            .collect(),
+    );
     let mut hosts: Vec<&str> = (0..ds.hosts.len() as u32)
         .map(|h| ds.hosts.name(h))
         .collect();
     hosts.push("*");
-    let details: Vec<&str> = (0..ds.details.len() as u32)
-        .map(|d| ds.details.name(d))
-        .collect();
-    let resources: Vec<&str> = Resource::ALL.iter().map(|r| r.name()).collect();
-    let dor_nulls = dor_valid
-        .contains(&false)
-        .then(|| NullBuffer::from(dor_valid));
-    let columns: Vec<ArrayRef> = vec![
-        dict(vq, queries.clone())?,
-        dict(vs, stages.clone())?,
-        dict(res, resources)?,
-        dict(det, details)?,
-        dict(host, hosts)?,
-        dict(kind, KINDS.to_vec())?,
-        dict(cq, queries)?,
-        dict(cs, stages.clone())?,
-        dict(via, stages)?,
-        Arc::new(Float64Array::from(secs)),
-        Arc::new(Float64Array::new(dor.into(), dor_nulls)),
-    ];
-    Ok(RecordBatch::try_new(blame_schema(), columns)?)
+    let hosts = names(hosts);
+    let details = entries.details(&ds);
+    let details = names((0..details.len() as u32).map(|d| details.name(d)).collect());
+    let resources = names(Resource::ALL.iter().map(|r| r.name()).collect());
+    let kinds = names(KINDS.to_vec());
+    let (chunks, _) = entries.into_parts();
+    let batches = BlameBatches {
+        ds,
+        total,
+        dicts: [queries, stages, resources, details, hosts, kinds],
+        chunks: chunks.into_iter(),
+        current: Vec::new(),
+        offset: 0,
+    };
+    Ok(Rows {
+        rows,
+        bytes: rows * std::mem::size_of::<Entry>(),
+        batches: Box::new(batches),
+    })
+}
+
+struct BlameBatches {
+    ds: Arc<Dataset>,
+    /// Blame seconds per victim query (the DOR denominators).
+    total: Vec<f64>,
+    /// Dictionary values: queries, stages, resources, details, hosts, kinds.
+    dicts: [ArrayRef; 6],
+    chunks: std::vec::IntoIter<Vec<Entry>>,
+    current: Vec<Entry>,
+    offset: usize,
+}
+
+impl Iterator for BlameBatches {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        while self.offset >= self.current.len() {
+            self.current = self.chunks.next()?;
+            self.offset = 0;
+        }
+        let end = (self.offset + BLAME_BATCH_ROWS).min(self.current.len());
+        let batch = self.build(&self.current[self.offset..end]);
+        self.offset = end;
+        if self.offset >= self.current.len() {
+            self.current = Vec::new(); // free the chunk now
+        }
+        Some(batch)
+    }
+}
+
+impl BlameBatches {
+    fn build(&self, entries: &[Entry]) -> Result<RecordBatch> {
+        let ds = &self.ds;
+        let n = entries.len();
+        let keys = || Vec::<i32>::with_capacity(n);
+        let (mut vq, mut vs, mut res, mut det, mut host) = (keys(), keys(), keys(), keys(), keys());
+        let (mut kind, mut cq, mut cs, mut via) = (keys(), keys(), keys(), keys());
+        let (mut secs, mut dor) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut dor_valid = Vec::with_capacity(n);
+        let star = ds.hosts.len() as i32;
+        for e in entries {
+            let q = ds.stage_query(e.stage);
+            vq.push(q as i32);
+            vs.push(e.stage as i32);
+            res.push(culprit_core::method::model::resource_index(e.resource) as i32);
+            det.push(if e.detail == 0 {
+                NULL_KEY
+            } else {
+                e.detail as i32
+            });
+            host.push(e.host().map_or(star, |h| h as i32));
+            let (k, c_query, c_stage) = match e.culprit() {
+                Culprit::Stage(s) => {
+                    let sq = ds.stage_query(s);
+                    (if sq == q { 1 } else { 0 }, sq as i32, s as i32)
+                }
+                Culprit::Gc => (2, NULL_KEY, NULL_KEY),
+                Culprit::External => (3, NULL_KEY, NULL_KEY),
+                Culprit::Unknown => (4, NULL_KEY, NULL_KEY),
+            };
+            kind.push(k);
+            cq.push(c_query);
+            cs.push(c_stage);
+            via.push(e.via().map_or(NULL_KEY, |v| v as i32));
+            secs.push(e.seconds);
+            let t = self.total[q as usize];
+            dor.push(if t > 0.0 { e.seconds / t } else { 0.0 });
+            dor_valid.push(t > 0.0);
+        }
+        let [queries, stages, resources, details, hosts, kinds] = &self.dicts;
+        let dor_nulls = dor_valid
+            .contains(&false)
+            .then(|| NullBuffer::from(dor_valid));
+        let columns: Vec<ArrayRef> = vec![
+            dict(vq, queries)?,
+            dict(vs, stages)?,
+            dict(res, resources)?,
+            dict(det, details)?,
+            dict(host, hosts)?,
+            dict(kind, kinds)?,
+            dict(cq, queries)?,
+            dict(cs, stages)?,
+            dict(via, stages)?,
+            Arc::new(Float64Array::from(secs)),
+            Arc::new(Float64Array::new(dor.into(), dor_nulls)),
+        ];
+        Ok(RecordBatch::try_new(blame_schema(), columns)?)
+    }
 }
 
 pub fn culprits_schema() -> SchemaRef {
@@ -261,8 +324,8 @@ fn culprits_batch(
     let mut rows: FxHashMap<(u32, &'static str, Option<u32>), f64> = FxHashMap::default();
     for e in entries {
         let vq = ds.stage_query(e.stage);
-        let kind = culprit_kind(ds, vq, e.culprit);
-        let cq = match e.culprit {
+        let kind = culprit_kind(ds, vq, e.culprit());
+        let cq = match e.culprit() {
             Culprit::Stage(s) => Some(ds.stage_query(s)),
             _ => None,
         };
@@ -332,6 +395,7 @@ pub fn nodes_schema() -> SchemaRef {
 
 fn nodes_batch(ds: &Dataset, victims: &Victims, entries: &Level4) -> Result<RecordBatch> {
     let g = IqcGraph::build(ds, &victims.queries, entries);
+    let names = entries.details(ds);
     let mut out = Out::new(nodes_schema(), g.graph.node_count());
     for ix in g.graph.node_indices() {
         let n = &g.graph[ix];
@@ -375,7 +439,7 @@ fn nodes_batch(ds: &Dataset, victims: &Victims, entries: &Level4) -> Result<Reco
                 "host",
                 V::S(Some(ds.stage_name(s))),
                 V::S(Some(r.name())),
-                V::S(detail(ds, d)),
+                V::S(detail(names, d)),
                 V::S(Some(host(ds, hh))),
                 none(),
                 none(),
@@ -391,7 +455,7 @@ fn nodes_batch(ds: &Dataset, victims: &Victims, entries: &Level4) -> Result<Reco
                     "explanation",
                     V::S(Some(ds.stage_name(s))),
                     V::S(Some(r.name())),
-                    V::S(detail(ds, d)),
+                    V::S(detail(names, d)),
                     V::S(Some(host(ds, hh))),
                     V::S(Some(culprit_kind(ds, v, c))),
                     V::S(cq),

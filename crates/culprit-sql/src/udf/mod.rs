@@ -8,6 +8,7 @@ mod out;
 mod query;
 mod ratp;
 mod table;
+pub(crate) use table::method_err;
 mod usecases;
 
 use std::sync::Arc;

@@ -11,8 +11,8 @@ use datafusion::common::{plan_err, Result};
 
 use super::args::Args;
 use super::out::{schema, Out, Ty, V};
-use super::table::{method_err, ComputedTable};
-use crate::engine::Engine;
+use super::table::{method_err, ComputedTable, Rows};
+use crate::engine::{Engine, Loaded};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -72,12 +72,14 @@ impl TableFunctionImpl for QueryFn {
             return plan_err!("culprit: {name}: the query id is required; usage: {name}(query)");
         };
         let kind = self.kind;
-        Ok(Arc::new(ComputedTable {
-            held: Default::default(),
+        Ok(Arc::new(ComputedTable::new(
             name,
-            schema: QueryFn::schema(kind),
-            engine: self.engine.clone(),
-            compute: Arc::new(move |ds: &Dataset| {
+            QueryFn::schema(kind),
+            self.engine.clone(),
+            // stage_ratp reads the query's window rows.
+            kind == Kind::StageRatp,
+            Arc::new(move |loaded: &Loaded| {
+                let ds: &Dataset = &loaded.ds;
                 let q = ds
                     .queries
                     .get(&query)
@@ -116,8 +118,8 @@ impl TableFunctionImpl for QueryFn {
                         }
                     }
                 }
-                out.finish()
+                out.finish().map(Rows::one)
             }),
-        }))
+        )))
     }
 }

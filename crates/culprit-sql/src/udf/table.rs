@@ -1,32 +1,75 @@
 //! The table a table function returns: computed from the dataset at scan
-//! time (table-function construction is synchronous; the I/O happens here).
+//! time (table-function construction is synchronous; the I/O happens here),
+//! its batches built as they are read.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use culprit_core::method::Dataset;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Loaded};
 
-pub type Compute = Arc<dyn Fn(&Dataset) -> Result<RecordBatch> + Send + Sync>;
+/// A computed result: its size, and its batches, built one at a time as
+/// they are read (a large `blame()` is never one batch in memory).
+pub struct Rows {
+    pub rows: usize,
+    /// Bytes the result holds until it is read.
+    pub bytes: usize,
+    pub batches: Box<dyn Iterator<Item = Result<RecordBatch>> + Send>,
+}
+
+impl Rows {
+    pub fn one(batch: RecordBatch) -> Rows {
+        Rows {
+            rows: batch.num_rows(),
+            bytes: batch.get_array_memory_size(),
+            batches: Box::new(std::iter::once(Ok(batch))),
+        }
+    }
+}
+
+pub type Compute = Arc<dyn Fn(&Loaded) -> Result<Rows> + Send + Sync>;
 
 pub struct ComputedTable {
     pub name: &'static str,
     pub schema: SchemaRef,
     pub engine: Arc<Engine>,
+    /// Needs every window row in memory (not only the blame sweeps, which
+    /// stream them from a large store).
+    pub windows: bool,
     pub compute: Compute,
     /// The memory the result holds, charged to the query's pool until the
     /// plan (which owns this table) is dropped.
-    pub held: std::sync::Mutex<Vec<MemoryReservation>>,
+    pub held: Mutex<Vec<MemoryReservation>>,
+}
+
+impl ComputedTable {
+    pub fn new(
+        name: &'static str,
+        schema: SchemaRef,
+        engine: Arc<Engine>,
+        windows: bool,
+        compute: Compute,
+    ) -> Self {
+        ComputedTable {
+            name,
+            schema,
+            engine,
+            windows,
+            compute,
+            held: Default::default(),
+        }
+    }
 }
 
 impl fmt::Debug for ComputedTable {
@@ -52,11 +95,11 @@ impl TableProvider for ComputedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let ds = self.engine.dataset().await?;
+        let loaded = self.engine.load(self.windows).await?;
         let compute = self.compute.clone();
         // The method is CPU work: keep it off the async workers.
         let started = std::time::Instant::now();
-        let batch = tokio::task::spawn_blocking(move || compute(&ds))
+        let rows = tokio::task::spawn_blocking(move || compute(&loaded))
             .await
             .map_err(|e| DataFusionError::Execution(format!("culprit: {}: {e}", self.name)))??;
         // The result is charged to the query's memory pool (per connection,
@@ -65,27 +108,66 @@ impl TableProvider for ComputedTable {
         // shared dataset cache is not charged to any one query.
         let consumer = MemoryConsumer::new(format!("culprit {}()", self.name));
         let reservation = consumer.register(&state.runtime_env().memory_pool);
-        reservation
-            .try_grow(batch.get_array_memory_size())
-            .map_err(|e| {
-                DataFusionError::ResourcesExhausted(format!(
-                    "culprit: {}(): its result of {} rows does not fit in the query's memory: {e}",
-                    self.name,
-                    batch.num_rows()
-                ))
-            })?;
+        reservation.try_grow(rows.bytes).map_err(|e| {
+            DataFusionError::ResourcesExhausted(format!(
+                "culprit: {}(): its result of {} rows does not fit in the query's memory: {e}",
+                self.name, rows.rows
+            ))
+        })?;
         self.held.lock().expect("held").push(reservation);
         log::info!(
             "{}(): {} rows in {:.2} s",
             self.name,
-            batch.num_rows(),
+            rows.rows,
             started.elapsed().as_secs_f64()
         );
-        Ok(MemorySourceConfig::try_new_exec(
-            &[vec![batch]],
+        let partition = Arc::new(Once {
+            name: self.name,
+            schema: self.schema.clone(),
+            batches: Mutex::new(Some(rows.batches)),
+        });
+        Ok(Arc::new(StreamingTableExec::try_new(
             self.schema.clone(),
-            projection.cloned(),
-        )?)
+            vec![partition],
+            projection,
+            [],
+            false,
+            None,
+        )?))
+    }
+}
+
+/// The result's one partition: its batches, read once.
+struct Once {
+    name: &'static str,
+    schema: SchemaRef,
+    batches: Mutex<Option<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>>>,
+}
+
+impl fmt::Debug for Once {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}() result", self.name)
+    }
+}
+
+impl PartitionStream for Once {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let batches = self.batches.lock().ok().and_then(|mut b| b.take());
+        let name = self.name;
+        let stream: Box<dyn Iterator<Item = Result<RecordBatch>> + Send> = match batches {
+            Some(b) => b,
+            None => Box::new(std::iter::once(Err(DataFusionError::Execution(format!(
+                "culprit: {name}(): its result was already read; call the function again"
+            ))))),
+        };
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::stream::iter(stream),
+        ))
     }
 }
 

@@ -13,8 +13,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::args::Args;
 use super::blame::{bc0, culprit_kind};
 use super::out::{schema, Out, Ty, V};
-use super::table::{method_err, ComputedTable};
-use crate::engine::Engine;
+use super::table::{ComputedTable, Rows};
+use crate::engine::{Engine, Loaded};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -84,17 +84,16 @@ impl TableFunctionImpl for UseCaseFn {
         args.max_positional(2, &format!("{name}{USAGE}"))?;
         let opts = args.blame_options(None, 0, 1)?;
         let kind = self.kind;
-        Ok(Arc::new(ComputedTable {
-            held: Default::default(),
+        Ok(Arc::new(ComputedTable::new(
             name,
-            schema: UseCaseFn::schema(kind),
-            engine: self.engine.clone(),
-            compute: Arc::new(move |ds: &Dataset| {
-                let (victims, entries) =
-                    method::blame(ds, &opts).map_err(|e| method_err(name, e))?;
-                compute(kind, ds, &victims, &entries, &opts)
+            UseCaseFn::schema(kind),
+            self.engine.clone(),
+            false,
+            Arc::new(move |loaded: &Loaded| {
+                let (victims, entries) = loaded.blame(&opts).map_err(|e| e.named(name))?;
+                compute(kind, &loaded.ds, &victims, &entries, &opts).map(Rows::one)
             }),
-        }))
+        )))
     }
 }
 
@@ -121,7 +120,7 @@ fn compute(
                 let key = if kind == Kind::HotResources {
                     e.resource.name().to_string()
                 } else {
-                    e.host
+                    e.host()
                         .map_or("*".to_string(), |h| ds.hosts.name(h).to_string())
                 };
                 let x = m.entry(key).or_default();
@@ -141,7 +140,7 @@ fn compute(
             let b0 = bc0(ds, entries);
             let mut m: FxHashMap<u32, (f64, f64, FxHashSet<u32>)> = FxHashMap::default();
             for e in entries {
-                let Culprit::Stage(s) = e.culprit else {
+                let Culprit::Stage(s) = e.culprit() else {
                     continue;
                 };
                 let (v, q) = (ds.stage_query(e.stage), ds.stage_query(s));
@@ -182,13 +181,13 @@ fn compute(
                 FxHashMap::default();
             for e in entries {
                 let v = ds.stage_query(e.stage);
-                let c = match e.culprit {
+                let c = match e.culprit() {
                     Culprit::Stage(s) => Some(ds.stage_query(s)),
                     _ => None,
                 };
                 *top.entry(v)
                     .or_default()
-                    .entry((culprit_kind(ds, v, e.culprit), c))
+                    .entry((culprit_kind(ds, v, e.culprit()), c))
                     .or_insert(0.0) += e.seconds;
             }
             let mut rows: Vec<u32> = victims.queries.clone();
