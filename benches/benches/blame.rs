@@ -7,8 +7,9 @@
 //! Targets (2-core machine): the whole path from Parquet in the store to the
 //! level-4 result under 4.5 s and 1 GiB peak (10x the DuckDB baseline of
 //! about 44 s and 9.3 GiB, `duckdb/level4.py`). `method_sweep` measures the
-//! sweeps alone on the in-memory dataset; `store_to_level4` the load from
-//! Parquet plus the sweeps plus the SQL result.
+//! sweeps alone on the in-memory dataset; `store_to_level4` the whole path
+//! through SQL: tasks from Parquet, then the window rows streamed from the
+//! store host bucket by host bucket and swept, then the result batches.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use culprit_core::method::{blame, BlameOptions, Dataset, VictimStages};

@@ -57,7 +57,6 @@ pub struct Loaded {
 struct Streamed {
     store: Store,
     manifest: Manifest,
-    runtime: tokio::runtime::Handle,
     tasks_by_host: Vec<Vec<u32>>,
     /// Per host bucket, its hosts.
     bucket_hosts: Vec<Vec<u32>>,
@@ -133,7 +132,6 @@ impl Engine {
                     Arc::new(Streamed {
                         store: self.store.clone(),
                         manifest: manifest.clone(),
-                        runtime: tokio::runtime::Handle::current(),
                         tasks_by_host: ds.tasks_by_host(),
                         bucket_hosts,
                         host_bucket,
@@ -245,6 +243,12 @@ impl Streamed {
         mode: Attribution,
     ) -> Result<Level4> {
         let started = std::time::Instant::now();
+        // Files are fetched through the runtime of the calling query (this
+        // runs on one of its blocking threads).
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            DataFusionError::Execution(format!("culprit: reading task_windows: {e}"))
+        })?;
+        let runtime = &runtime;
         let n = HOST_BUCKETS as usize;
         let mut files: Vec<Vec<&DataFile>> = vec![Vec::new(); n];
         let mut loose: Vec<&DataFile> = Vec::new();
@@ -261,7 +265,7 @@ impl Streamed {
         let groups = ds.windows.len();
         let loose: Vec<Part> = method::parallel(loose.len(), |i| -> Result<Part> {
             let mut part = Part::new(groups);
-            self.read_file(ds, loose[i], &details, &mut |task, group, row| {
+            self.read_file(runtime, ds, loose[i], &details, &mut |task, group, row| {
                 part.push(task, group, row)
             })?;
             Ok(part)
@@ -280,7 +284,7 @@ impl Streamed {
             let mut part = Part::new(groups);
             let mut strays = Strays::new();
             for f in &files[b] {
-                self.read_file(ds, f, &details, &mut |task, group, row| {
+                self.read_file(runtime, ds, f, &details, &mut |task, group, row| {
                     let home = self.host_bucket[group / N_RES];
                     if home == b {
                         part.push(task, group, row)
@@ -323,7 +327,7 @@ impl Streamed {
         for (b, extra) in strays {
             let mut part = Part::new(groups);
             for f in &files[b] {
-                self.read_file(ds, f, &details, &mut |task, group, row| {
+                self.read_file(runtime, ds, f, &details, &mut |task, group, row| {
                     if self.host_bucket[group / N_RES] == b {
                         part.push(task, group, row)
                     }
@@ -348,13 +352,13 @@ impl Streamed {
     /// Reads one `task_windows` file into `sink(task, group, row)`.
     fn read_file(
         &self,
+        runtime: &tokio::runtime::Handle,
         ds: &Dataset,
         file: &DataFile,
         details: &SyncMutex<Interner>,
         sink: &mut dyn FnMut(u32, usize, culprit_core::method::model::WindowRow),
     ) -> Result<()> {
-        let bytes = self
-            .runtime
+        let bytes = runtime
             .block_on(self.store.fetch(file))
             .map_err(store_err)?;
         let mut local: FxHashMap<String, u32> = FxHashMap::default();

@@ -160,7 +160,7 @@ fn dict(keys: Vec<i32>, values: &ArrayRef) -> Result<ArrayRef> {
 }
 
 /// Rows per batch of `blame()`'s result.
-const BLAME_BATCH_ROWS: usize = 64 * 1024;
+const BLAME_BATCH_ROWS: usize = 8 * 1024;
 
 /// Level 4, one row per explanation, in the order of the sweep (use ORDER
 /// BY), built batch by batch as the result is read; each chunk of the sweep
