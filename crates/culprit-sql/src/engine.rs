@@ -275,12 +275,35 @@ impl Streamed {
         fn with_loose<'a>(loose: &'a [Part], extra: &[&'a Part]) -> Vec<&'a Part> {
             loose.iter().chain(extra.iter().copied()).collect()
         }
+        // Only hosts where a victim stage ran have anything to explain; a
+        // bucket without such hosts is not even read, unless some task was
+        // stored with two hosts (its rows could sit in any bucket).
+        let mut victim_host = vec![false; ds.hosts.len()];
+        for t in &ds.tasks {
+            if victim[t.stage as usize] {
+                victim_host[t.host as usize] = true;
+            }
+        }
+        let hosts: Vec<Vec<u32>> = self
+            .bucket_hosts
+            .iter()
+            .map(|hs| {
+                hs.iter()
+                    .copied()
+                    .filter(|h| victim_host[*h as usize])
+                    .collect()
+            })
+            .collect();
+        let may_skip = ds.host_conflicts == 0;
         let swept = std::sync::atomic::AtomicUsize::new(0);
         let jobs = method::parallel(n + 1, |j| -> Result<(Vec<Entry>, Strays)> {
             if j == 0 {
                 return Ok((method::slot_entries(ds, victim, win, mode), Vec::new()));
             }
             let b = j - 1;
+            if may_skip && hosts[b].is_empty() {
+                return Ok((Vec::new(), Vec::new()));
+            }
             let mut part = Part::new(groups);
             let mut strays = Strays::new();
             for f in &files[b] {
@@ -295,7 +318,7 @@ impl Streamed {
             }
             let entries = method::sweep_part(
                 ds,
-                &self.bucket_hosts[b],
+                &hosts[b],
                 &self.tasks_by_host,
                 &with_loose(&loose, &[&part]),
                 victim,
@@ -335,7 +358,7 @@ impl Streamed {
             }
             chunks[b + 1] = method::sweep_part(
                 ds,
-                &self.bucket_hosts[b],
+                &hosts[b],
                 &self.tasks_by_host,
                 &with_loose(&loose, &[&part, &extra]),
                 victim,

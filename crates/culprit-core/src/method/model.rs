@@ -132,6 +132,10 @@ pub struct Dataset {
     pub host_rows: Vec<Vec<HostRow>>,
     /// Rows that named an unknown task or host, skipped.
     pub skipped_rows: usize,
+    /// Task rows skipped as duplicates that named another host than the
+    /// first row of their task (their window rows may sit in another host
+    /// bucket of the store).
+    pub host_conflicts: usize,
 }
 
 pub const N_RES: usize = 6;
@@ -354,9 +358,12 @@ impl Dataset {
                 self.skipped_rows += 1;
                 continue;
             };
-            if self.task_ids.contains_key(id.value(i)) {
+            if let Some(&t) = self.task_ids.get(id.value(i)) {
                 // A duplicate id: the first row stands.
                 self.skipped_rows += 1;
+                if self.hosts.get(h.value(i)) != Some(self.tasks[t as usize].host) {
+                    self.host_conflicts += 1;
+                }
                 continue;
             }
             let stage = match last_stage {
