@@ -684,3 +684,20 @@ proptest! {
         prop_assert!((moved - ext).abs() < 1e-6 * (1.0 + moved), "q1 had {moved}, external grew {ext}");
     }
 }
+
+/// A large analysis holds one level-4 node per explanation until sent: the
+/// memory figures of docs/operations.md assume 32 bytes.
+#[test]
+fn level4_nodes_are_32_bytes() {
+    assert_eq!(std::mem::size_of::<Entry>(), 32);
+    let e = Entry::new(7, Resource::DiskRead, 3, None, Culprit::Gc, Some(9), 1.5);
+    assert_eq!(
+        (e.host(), e.culprit(), e.via()),
+        (None, Culprit::Gc, Some(9))
+    );
+    let e = e.with_culprit(Culprit::Stage(4), None, 0.5);
+    assert_eq!(
+        (e.culprit(), e.via(), e.seconds),
+        (Culprit::Stage(4), None, 0.5)
+    );
+}
