@@ -15,6 +15,11 @@ use culprit_sql::datafusion::prelude::SessionContext;
 use culprit_sql::Engine;
 use culprit_store::Store;
 
+/// A text column of a batch.
+fn text<'a>(batch: &'a RecordBatch, column: &str) -> &'a StringArray {
+    batch.column_by_name(column).unwrap().as_string::<i32>()
+}
+
 /// Rows as (text of every non-float column, float columns).
 fn rows(batches: &[RecordBatch]) -> Vec<(String, Vec<f64>)> {
     let mut out = Vec::new();
@@ -88,18 +93,8 @@ async fn streamed_windows_give_the_in_memory_results() {
     // first row stands), with one more window row: a stray for the sweep of
     // the other bucket.
     let tasks = &w.tasks;
-    let id = tasks
-        .column_by_name("task_id")
-        .unwrap()
-        .as_string::<i32>()
-        .value(0)
-        .to_string();
-    let host = tasks
-        .column_by_name("host")
-        .unwrap()
-        .as_string::<i32>()
-        .value(0)
-        .to_string();
+    let id = text(tasks, "task_id").value(0).to_string();
+    let host = text(tasks, "host").value(0).to_string();
     let other = (0..)
         .map(|i| format!("elsewhere-{i}"))
         .find(|h| host_bucket(h) != host_bucket(&host))
@@ -108,11 +103,7 @@ async fn streamed_windows_give_the_in_memory_results() {
     columns[tasks.schema().index_of("host").unwrap()] =
         Arc::new(StringArray::from(vec![other.as_str()]));
     let again_batch = RecordBatch::try_new(tasks.schema(), columns).unwrap();
-    let ids = w
-        .task_windows
-        .column_by_name("task_id")
-        .unwrap()
-        .as_string::<i32>();
+    let ids = text(&w.task_windows, "task_id");
     let row = (0..w.task_windows.num_rows())
         .find(|&i| ids.value(i) == id)
         .unwrap();
@@ -147,11 +138,7 @@ async fn compare(store: &Store, w: &culprit_sim::Workload) {
     };
     let (memory, streamed) = (session(u64::MAX).await, session(0).await);
     let victim = &w.victim;
-    let ids = w
-        .queries
-        .column_by_name("query_id")
-        .unwrap()
-        .as_string::<i32>();
+    let ids = text(&w.queries, "query_id");
     let each: Vec<String> = (0..ids.len())
         .map(|i| {
             format!(

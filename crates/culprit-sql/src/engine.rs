@@ -106,10 +106,6 @@ impl Engine {
         }
     }
 
-    pub fn window_cache_rows(&self) -> u64 {
-        self.window_cache_rows
-    }
-
     /// The dataset of the newest manifest (cached per version). With
     /// `windows`, its window rows are in memory even for a large store
     /// (loaded for this call only, not cached).
@@ -304,18 +300,8 @@ impl Streamed {
             if may_skip && hosts[b].is_empty() {
                 return Ok((Vec::new(), Vec::new()));
             }
-            let mut part = Part::new(groups);
             let mut strays = Strays::new();
-            for f in &files[b] {
-                self.read_file(runtime, ds, f, &details, &mut |task, group, row| {
-                    let home = self.host_bucket[group / N_RES];
-                    if home == b {
-                        part.push(task, group, row)
-                    } else {
-                        strays.push((home, task, group, row))
-                    }
-                })?;
-            }
+            let part = self.read_bucket(runtime, ds, &files[b], b, &details, &mut strays)?;
             let entries = method::sweep_part(
                 ds,
                 &hosts[b],
@@ -348,14 +334,7 @@ impl Streamed {
         // A bucket that got rows from another bucket's files is swept again
         // with them (rare: a task stored twice with different hosts).
         for (b, extra) in strays {
-            let mut part = Part::new(groups);
-            for f in &files[b] {
-                self.read_file(runtime, ds, f, &details, &mut |task, group, row| {
-                    if self.host_bucket[group / N_RES] == b {
-                        part.push(task, group, row)
-                    }
-                })?;
-            }
+            let part = self.read_bucket(runtime, ds, &files[b], b, &details, &mut Strays::new())?;
             chunks[b + 1] = method::sweep_part(
                 ds,
                 &hosts[b],
@@ -370,6 +349,31 @@ impl Streamed {
             DataFusionError::Execution("culprit: a sweep thread failed".to_string())
         })?;
         Ok(Level4::from_chunks(chunks, Some(details)))
+    }
+
+    /// Reads the files of bucket `b`: the rows of its hosts, and in `strays`
+    /// those whose task ran on a host of another bucket.
+    fn read_bucket(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        ds: &Dataset,
+        files: &[&DataFile],
+        b: usize,
+        details: &SyncMutex<Interner>,
+        strays: &mut Strays,
+    ) -> Result<Part> {
+        let mut part = Part::new(ds.windows.len());
+        for f in files {
+            self.read_file(runtime, ds, f, details, &mut |task, group, row| {
+                let home = self.host_bucket[group / N_RES];
+                if home == b {
+                    part.push(task, group, row)
+                } else {
+                    strays.push((home, task, group, row))
+                }
+            })?;
+        }
+        Ok(part)
     }
 
     /// Reads one `task_windows` file into `sink(task, group, row)`.

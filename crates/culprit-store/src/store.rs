@@ -391,21 +391,20 @@ impl PendingBatch {
             let mut rows: Vec<Vec<u32>> = vec![Vec::new(); n + 1];
             let mut last: Option<(usize, usize)> = None;
             for i in 0..batch.num_rows() {
-                let b = match (ids, last) {
-                    (Some(ids), Some((j, b)))
-                        if ids.is_valid(i) && ids.value(j) == ids.value(i) =>
-                    {
-                        b
-                    }
-                    (Some(ids), _) if ids.is_valid(i) => {
-                        let b = self
-                            .task_buckets
-                            .get(ids.value(i))
-                            .map_or(n, |b| *b as usize);
-                        last = Some((i, b));
-                        b
-                    }
-                    _ => n,
+                let b = match ids.filter(|ids| ids.is_valid(i)) {
+                    None => n,
+                    // Consecutive rows usually name the same task.
+                    Some(ids) => match last {
+                        Some((j, b)) if ids.value(j) == ids.value(i) => b,
+                        _ => {
+                            let b = self
+                                .task_buckets
+                                .get(ids.value(i))
+                                .map_or(n, |b| *b as usize);
+                            last = Some((i, b));
+                            b
+                        }
+                    },
                 };
                 rows[b].push(i as u32);
             }

@@ -408,17 +408,31 @@ pub fn sweep_part(
     groups.sort_unstable();
     let mut entries = Vec::new();
     for g in groups {
-        let r = Resource::ALL[g % N_RES];
         let rows: Vec<&[WindowRow]> = parts
             .iter()
             .map(|p| &p.groups[g])
             .chain(synth.get(&g))
             .map(|v| v.as_slice())
             .collect();
-        let cells = sweep::sweep_group(ds, r, &rows, &ds.host_rows[g], victim, win, mode);
-        push_cells(&mut entries, cells, r, Some((g / N_RES) as u32));
+        sweep_one(ds, g, &rows, victim, win, mode, &mut entries);
     }
     entries
+}
+
+/// The sweep of group `g` (a host and resource) over `rows`, its level-4
+/// nodes appended to `out`.
+fn sweep_one(
+    ds: &Dataset,
+    g: usize,
+    rows: &[&[WindowRow]],
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+    out: &mut Vec<Entry>,
+) {
+    let r = Resource::ALL[g % N_RES];
+    let cells = sweep::sweep_group(ds, r, rows, &ds.host_rows[g], victim, win, mode);
+    push_cells(out, cells, r, Some((g / N_RES) as u32));
 }
 
 /// The sweeps, both cores: one job per (host, resource), plus the slots.
@@ -442,12 +456,9 @@ fn level4(ds: &Dataset, victim: &[bool], win: (Micros, Micros), mode: Attributio
         if g == usize::MAX {
             return slot_entries(ds, victim, win, mode);
         }
-        let host = (g / N_RES) as u32;
-        let r = Resource::ALL[g % N_RES];
-        let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
-        let cells = sweep::sweep_group(ds, r, &rows, &ds.host_rows[g], victim, win, mode);
         let mut entries = Vec::new();
-        push_cells(&mut entries, cells, r, Some(host));
+        let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
+        sweep_one(ds, g, &rows, victim, win, mode, &mut entries);
         entries
     });
     // Within a job the order is that of an FxHashMap (no random seed):

@@ -440,7 +440,10 @@ impl Dataset {
             batch,
             &mut |d| details.intern(d),
             &mut |task, group, row| {
-                seen.push(task);
+                // Rows come grouped by task: one mark per run of rows.
+                if seen.last() != Some(&task) {
+                    seen.push(task);
+                }
                 windows[group].push(row);
             },
         );

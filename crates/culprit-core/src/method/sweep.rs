@@ -9,9 +9,10 @@
 //! `A_c * (Phi_v(end) - Phi_v(start))`, where `Phi_v` integrates
 //! `rest_v / D_v` over time. So per window only the active victims' `Phi`
 //! advance (work linear in the active rows), and a pair is settled only at
-//! the start and end events of its rows, grouped by stage: state is bounded
-//! by the rows active at once, work is linear in the rows (plus sorting) and
-//! never in the number of task pairs.
+//! the start and end events of its rows, into its (victim key, consumer
+//! stage) cell of a small dense matrix over the keys and stages active at
+//! the moment: state is bounded by the rows active at once, work is linear
+//! in the rows (plus sorting) and never in the number of task pairs.
 
 use rustc_hash::FxHashMap;
 
@@ -506,8 +507,9 @@ impl SlotSet {
 /// free capacity (when `slots` host rows give it) goes to `unknown`.
 ///
 /// All waiting tasks share one density `1 / (held + free)`, so its integral
-/// `Phi` is global and a (waiting stage, holding stage) pair is settled only
-/// when either stage's count changes: work is linear in the tasks.
+/// `Phi` is global. A task starting or finishing costs O(1); a (waiting
+/// stage, holding stage) pair is settled only when the waiting stage's count
+/// changes or the holding stage starts or stops holding (see below).
 pub fn sweep_slots(
     ds: &Dataset,
     slot_rows: &[&[HostRow]],

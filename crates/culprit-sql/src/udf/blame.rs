@@ -193,6 +193,7 @@ fn blame_rows(ds: Arc<Dataset>, entries: Level4) -> Result<Rows> {
     let kinds = names(KINDS.to_vec());
     let (chunks, _) = entries.into_parts();
     let batches = BlameBatches {
+        schema: blame_schema(),
         ds,
         total,
         dicts: [queries, stages, resources, details, hosts, kinds],
@@ -208,6 +209,7 @@ fn blame_rows(ds: Arc<Dataset>, entries: Level4) -> Result<Rows> {
 }
 
 struct BlameBatches {
+    schema: SchemaRef,
     ds: Arc<Dataset>,
     /// Blame seconds per victim query (the DOR denominators).
     total: Vec<f64>,
@@ -292,7 +294,7 @@ impl BlameBatches {
             Arc::new(Float64Array::from(secs)),
             Arc::new(Float64Array::new(dor.into(), dor_nulls)),
         ];
-        Ok(RecordBatch::try_new(blame_schema(), columns)?)
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 }
 
