@@ -6,6 +6,7 @@ mod common;
 mod faults;
 mod ingest;
 mod load;
+mod policy;
 mod s3;
 mod security;
 mod server;

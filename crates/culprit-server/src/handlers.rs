@@ -37,7 +37,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
-use crate::auth::{Role, Users};
+use crate::auth::Users;
 use crate::sqlstate;
 
 /// Running statements, by (pid, secret key), for cancel requests.
@@ -52,6 +52,13 @@ pub struct Shared {
     pub statement_timeout: Option<Duration>,
     pub connections: Arc<ConnectionManager>,
     pub running: Running,
+    /// Admits every statement, whatever its path (`policy.rs`).
+    pub gate: Arc<crate::policy::Gate>,
+}
+
+/// The user a connection logged in as (the startup message's).
+pub fn user_of<C: ClientInfo + ?Sized>(client: &C) -> String {
+    client.metadata().get("user").cloned().unwrap_or_default()
 }
 
 fn user_error(severity: &str, code: &str, msg: String) -> PgWireError {
@@ -73,16 +80,14 @@ impl CulpritHandlers {
         shared: Arc<Shared>,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
-        let hook: Arc<dyn QueryHook> = Arc::new(ReadOnly {
-            users: shared.users.clone(),
-        });
-        let mut hooks = vec![hook, Arc::new(Compat) as Arc<dyn QueryHook>];
+        let mut hooks: Vec<Arc<dyn QueryHook>> = vec![Arc::new(Savepoints), Arc::new(Compat)];
         // datafusion-postgres' own hooks (SET/SHOW, cursors, transactions).
         hooks.extend(default_hooks());
         let inner = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks));
         let parser = Arc::new(crate::params::CulpritParser {
             inner: inner.query_parser(),
             ctx: ctx.clone(),
+            gate: shared.gate.clone(),
         });
         let startup = match &shared.users {
             Some(users) => {
@@ -189,66 +194,11 @@ impl StartupHandler for Startup {
     }
 }
 
-/// `read` users (and everyone without authentication) run queries only:
-/// no DDL or DML through the wire. Savepoints are answered here too.
-struct ReadOnly {
-    users: Option<Arc<Users>>,
-}
-
-impl ReadOnly {
-    fn check(
-        &self,
-        statement: &Statement,
-        client: &(dyn ClientInfo + Send + Sync),
-    ) -> Option<PgWireError> {
-        let allowed = matches!(
-            statement,
-            Statement::Query(_)
-                | Statement::Explain { .. }
-                | Statement::ExplainTable { .. }
-                | Statement::ShowVariable { .. }
-                | Statement::ShowTables { .. }
-                | Statement::ShowColumns { .. }
-                | Statement::ShowFunctions { .. }
-                | Statement::ShowStatus { .. }
-                | Statement::ShowVariables { .. }
-                | Statement::Set(_)
-                | Statement::StartTransaction { .. }
-                | Statement::Commit { .. }
-                | Statement::Rollback { .. }
-                | Statement::Declare { .. }
-                | Statement::Fetch { .. }
-                | Statement::Close { .. }
-                | Statement::Discard { .. }
-                | Statement::Deallocate { .. }
-                | Statement::Savepoint { .. }
-                | Statement::ReleaseSavepoint { .. }
-        );
-        if allowed {
-            return None;
-        }
-        let user = client.metadata().get("user").cloned().unwrap_or_default();
-        let role = self
-            .users
-            .as_ref()
-            .and_then(|u| u.role(&user))
-            .unwrap_or(Role::Read);
-        (role == Role::Read).then(|| {
-            user_error(
-                "ERROR",
-                "42501",
-                format!(
-                    "permission denied: user \"{user}\" is read-only (role read); \
-                     only queries are allowed, not: {}",
-                    statement.to_string().chars().take(80).collect::<String>()
-                ),
-            )
-        })
-    }
-}
-
 /// Savepoints (psycopg and SQLAlchemy wrap statements in them) are
 /// accepted with nothing to keep, since sessions change no stored data.
+/// (Who may run what is decided before any hook, by `policy::Gate`.)
+struct Savepoints;
+
 fn savepoint_tag(statement: &Statement) -> Option<&'static str> {
     match statement {
         Statement::Savepoint { .. } => Some("SAVEPOINT"),
@@ -260,47 +210,37 @@ fn savepoint_tag(statement: &Statement) -> Option<&'static str> {
     }
 }
 
-impl ReadOnly {
-    /// What the server answers itself: a denial or a savepoint's tag.
-    fn answer(
-        &self,
-        statement: &Statement,
-        client: &(dyn ClientInfo + Send + Sync),
-    ) -> Option<PgWireResult<Response>> {
-        if let Some(tag) = savepoint_tag(statement) {
-            return Some(Ok(Response::Execution(pgwire::api::results::Tag::new(tag))));
-        }
-        self.check(statement, client).map(Err)
-    }
+fn savepoint_answer(statement: &Statement) -> Option<PgWireResult<Response>> {
+    savepoint_tag(statement)
+        .map(|tag| Ok(Response::Execution(pgwire::api::results::Tag::new(tag))))
 }
 
 #[async_trait]
-impl QueryHook for ReadOnly {
+impl QueryHook for Savepoints {
     async fn handle_simple_query(
         &self,
         statement: &Statement,
         _ctx: &SessionContext,
-        client: &mut dyn HookClient,
+        _client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.answer(statement, &*client)
+        savepoint_answer(statement)
     }
 
     async fn handle_extended_parse_query(
         &self,
         statement: &Statement,
         _ctx: &SessionContext,
-        client: &(dyn ClientInfo + Send + Sync),
+        _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
-        if savepoint_tag(statement).is_some() {
-            // Nothing to plan: the execute step answers with the tag.
-            return Some(Ok(LogicalPlan::EmptyRelation(
+        // Nothing to plan: the execute step answers with the tag.
+        savepoint_tag(statement).map(|_| {
+            Ok(LogicalPlan::EmptyRelation(
                 datafusion::logical_expr::EmptyRelation {
                     produce_one_row: false,
                     schema: Arc::new(datafusion::common::DFSchema::empty()),
                 },
-            )));
-        }
-        self.check(statement, client).map(Err)
+            ))
+        })
     }
 
     async fn handle_extended_query(
@@ -309,9 +249,9 @@ impl QueryHook for ReadOnly {
         _plan: &LogicalPlan,
         _params: &ParamValues,
         _ctx: &SessionContext,
-        client: &mut dyn HookClient,
+        _client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.answer(statement, &*client)
+        savepoint_answer(statement)
     }
 }
 
@@ -445,7 +385,8 @@ impl Service {
             .expect("running")
             .push((key, cancel.clone()));
         Guard {
-            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+            // A timeout too far off to be an instant is no deadline.
+            deadline: timeout.and_then(|t| tokio::time::Instant::now().checked_add(t)),
             timeout,
             cancel,
             running: self.shared.running.clone(),
@@ -545,16 +486,14 @@ impl SimpleQueryHandler for Service {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let query = crate::rewrite::before_parse(query);
+        // Nothing runs that the gate did not admit; the service below parses
+        // the same text with the same parser.
+        self.shared.gate.admit(&query, &user_of(client))?;
         let guard = Arc::new(self.begin(client));
-        let responses = Self::guarded(
-            &guard,
-            SimpleQueryHandler::do_query(
-                &*self.inner,
-                client,
-                &crate::rewrite::before_parse(query),
-            ),
-        )
-        .await?;
+        let responses =
+            Self::guarded(&guard, SimpleQueryHandler::do_query(&*self.inner, client, &query))
+                .await?;
         Ok(responses
             .into_iter()
             .map(|r| Self::wrap(r, guard.clone()))

@@ -7,6 +7,7 @@ pub mod auth;
 mod compat;
 mod handlers;
 mod params;
+mod policy;
 mod rewrite;
 pub mod sqlstate;
 
@@ -148,13 +149,15 @@ impl Server {
         // at the first client.
         let engine = Arc::new(culprit_sql::Engine::new(store.clone()));
         session(store.clone(), engine.clone(), opts.query_memory).await?;
+        let users = opts.users.map(Arc::new);
         Ok(Server {
             listener,
             store,
             engine,
             slots: Arc::new(Semaphore::new(opts.max_connections)),
             shared: Arc::new(handlers::Shared {
-                users: opts.users.map(Arc::new),
+                gate: Arc::new(policy::Gate::new(users.clone())),
+                users,
                 tls_required: opts.tls_required,
                 max_connections: opts.max_connections,
                 statement_timeout: opts.statement_timeout,

@@ -5,6 +5,10 @@
 //! (for the result's columns, which do not depend on them), advertises its
 //! parameters as `text` (what the client declared wins), and is planned
 //! again with the bound values as literals when it runs.
+//!
+//! Every statement is admitted by the gate (`policy.rs`) before anything
+//! else here; a deferred statement keeps the very tree the gate admitted
+//! and is run from it, never re-parsed from text.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -13,8 +17,6 @@ use async_trait::async_trait;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{visit_expressions_mut, Expr, Value};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser as SqlParser;
 use datafusion_postgres::Parser;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::results::{FieldInfo, QueryResponse};
@@ -31,6 +33,7 @@ const DEFERRED: &str = "/* culprit: bound at execution */ ";
 pub struct CulpritParser {
     pub inner: Arc<Parser>,
     pub ctx: Arc<SessionContext>,
+    pub gate: Arc<crate::policy::Gate>,
 }
 
 /// Replaces `$n` by `value(n)`; returns the highest `n` seen.
@@ -53,18 +56,14 @@ fn substitute(
     max
 }
 
-fn parse_one(sql: &str) -> Option<datafusion::sql::sqlparser::ast::Statement> {
-    let mut v = SqlParser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
-    (v.len() == 1).then(|| v.remove(0))
-}
-
 pub fn is_deferred(stmt: &Stmt) -> bool {
     stmt.0.starts_with(DEFERRED)
 }
 
 fn parameter_count(stmt: &Stmt) -> usize {
-    parse_one(&stmt.0[DEFERRED.len()..])
-        .map(|mut s| substitute(&mut s, &|_| Value::Null))
+    stmt.1
+        .as_ref()
+        .map(|(s, _)| substitute(&mut s.clone(), &|_| Value::Null))
         .unwrap_or(0)
 }
 
@@ -82,11 +81,21 @@ impl QueryParser for CulpritParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let sql = &crate::rewrite::before_parse(sql);
+        let mut admitted = self
+            .gate
+            .admit(sql, &crate::handlers::user_of(client))?;
+        if admitted.len() > 1 {
+            return Err(PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+                "ERROR".into(),
+                crate::sqlstate::SYNTAX_ERROR.into(),
+                "cannot insert multiple commands into a prepared statement".into(),
+            ))));
+        }
         let err = match self.inner.parse_sql(client, sql, types).await {
             Ok(s) => return Ok(s),
             Err(e) => e,
         };
-        let Some(original) = parse_one(sql) else {
+        let Some(original) = admitted.pop() else {
             return Err(err);
         };
         let mut nulled = original.clone();
@@ -127,9 +136,13 @@ pub async fn run_deferred<C: ClientInfo>(
     client: &C,
     portal: &Portal<Stmt>,
 ) -> PgWireResult<QueryResponse> {
-    let sql = &portal.statement.statement.0[DEFERRED.len()..];
-    let mut stmt =
-        parse_one(sql).ok_or_else(|| PgWireError::ApiError("unparsable statement".into()))?;
+    let (admitted, _) = portal
+        .statement
+        .statement
+        .1
+        .as_ref()
+        .ok_or_else(|| PgWireError::ApiError("a deferred statement without its tree".into()))?;
+    let mut stmt = admitted.clone();
     let types = &portal.statement.parameter_types;
     let mut values = Vec::with_capacity(portal.parameter_len());
     for i in 0..portal.parameter_len() {
@@ -151,14 +164,18 @@ pub async fn run_deferred<C: ClientInfo>(
         };
         values.push(v);
     }
-    substitute(&mut stmt, &|n| match values.get(n - 1) {
+    substitute(&mut stmt, &|n| match n.checked_sub(1).and_then(|i| values.get(i)) {
         Some(Some(v)) => Value::SingleQuotedString(v.clone()),
         _ => Value::Null,
     });
-    let df = ctx
-        .sql(&stmt.to_string())
+    // Planned from the admitted tree (values now literals), not from text.
+    let df_err = |e| PgWireError::ApiError(Box::new(e));
+    let plan = ctx
+        .state()
+        .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await
-        .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+        .map_err(df_err)?;
+    let df = ctx.execute_logical_plan(plan).await.map_err(df_err)?;
     let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
     datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe(
         df,

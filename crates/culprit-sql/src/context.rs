@@ -49,7 +49,10 @@ pub async fn session_with(
     config: SessionConfig,
     memory_limit: Option<usize>,
 ) -> Result<SessionContext> {
-    let mut runtime = RuntimeEnvBuilder::new();
+    // The store, confined and read-only, is the only location a statement
+    // can reach (`sandbox.rs`).
+    let mut runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(crate::sandbox::StoreOnlyRegistry::new(&store)));
     if let Some(limit) = memory_limit {
         // A hard limit: no spilling to disk to get around it.
         use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
@@ -60,7 +63,9 @@ pub async fn session_with(
             );
     }
     let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
-    ctx.register_object_store(store.base_url(), store.object_store());
+    // No `CREATE EXTERNAL TABLE`: without factories DataFusion knows no
+    // file format to create one with.
+    ctx.state_ref().write().table_factories_mut().clear();
     for table in Table::ALL {
         ctx.register_table(
             table.name(),

@@ -6,6 +6,7 @@
 
 mod context;
 mod engine;
+pub mod sandbox;
 mod table;
 pub mod udf;
 

@@ -132,6 +132,11 @@ impl Store {
         &self.base_url
     }
 
+    /// The folder (object path) every file of the store lies under.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The object path of a file given relative to the root.
     pub fn path(&self, relative: &str) -> Path {
         paths::join(&self.root, relative)
