@@ -26,7 +26,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CopySource, CopyTarget, Expr, ObjectType, Query, Set, SetExpr, Statement, Value, Visit,
+    CopyTarget, Expr, ObjectType, Query, Set, SetExpr, Statement, Value, Visit,
     Visitor,
 };
 use datafusion::sql::sqlparser::parser::ParserError;
@@ -219,19 +219,14 @@ fn need(stmt: &Statement) -> Need {
             }
         }
         Statement::Set(set) => set_need(set),
-        Statement::Copy {
-            source, to, target, ..
-        } => match (to, target) {
+        Statement::Copy { to, target, .. } => match (to, target) {
             (_, CopyTarget::File { .. } | CopyTarget::Program { .. }) => {
                 location(if *to { "COPY ... TO a file" } else { "COPY ... FROM a file" })
             }
-            _ => {
-                let _ = source;
-                Need::Never(Refusal::new(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "COPY to or from the client (STDIN/STDOUT) is not supported yet",
-                ))
-            }
+            _ => Need::Never(Refusal::new(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "COPY to or from the client (STDIN/STDOUT) is not supported yet",
+            )),
         },
         Statement::CreateTable(t) => {
             if t.external || t.location.is_some() {
@@ -450,7 +445,8 @@ mod tests {
             "COPY (SELECT $1 AS a) TO '/tmp/anything.csv'",
             "COPY tasks TO '/tmp/t.csv'",
             "COPY tasks FROM '/etc/passwd'",
-            "CREATE EXTERNAL TABLE e STORED AS CSV LOCATION '/etc/passwd'",
+            "CREATE EXTERNAL TABLE e STORED AS PARQUET LOCATION '/etc/passwd'",
+            "CREATE EXTERNAL TABLE e2 (a INT) STORED AS TEXTFILE LOCATION '/etc'",
             "EXPLAIN COPY (SELECT 1) TO '/tmp/x.csv'",
             "PREPARE p AS COPY (SELECT 1) TO '/tmp/x.csv'",
             "SET datafusion.runtime.memory_limit = '100G'",
