@@ -13,3 +13,4 @@ mod server;
 mod slt;
 mod spark;
 mod streaming;
+mod wire_fuzz;

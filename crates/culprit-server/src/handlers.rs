@@ -522,6 +522,10 @@ impl ExtendedQueryHandler for Service {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        crate::params::check_result_formats(
+            &portal.statement.statement,
+            Some(&portal.result_column_format),
+        )?;
         let guard = Arc::new(self.begin(client));
         let response = if crate::params::is_deferred(&portal.statement.statement) {
             let work = crate::params::run_deferred(&self.ctx, client, portal);

@@ -9,6 +9,7 @@ mod handlers;
 mod params;
 mod policy;
 mod rewrite;
+pub mod wire;
 pub mod sqlstate;
 
 use std::future::Future;
@@ -203,7 +204,7 @@ impl Server {
                                 }
                             };
                             let handlers = Arc::new(CulpritHandlers::new(Arc::new(ctx), shared, permit));
-                            if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
+                            if let Err(e) = wire::serve(socket, tls, handlers).await {
                                 log::info!("connection from {peer} ended: {e}");
                             }
                         });

@@ -126,8 +126,44 @@ impl QueryParser for CulpritParser {
         stmt: &Self::Statement,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
+        check_result_formats(stmt, column_format)?;
         self.inner.get_result_schema(stmt, column_format)
     }
+}
+
+/// The number of result columns a statement returns (0 for DDL and DML).
+fn result_columns(stmt: &Stmt) -> usize {
+    match &stmt.1 {
+        Some((_, plan))
+            if !matches!(
+                plan,
+                datafusion::logical_expr::LogicalPlan::Ddl(_)
+                    | datafusion::logical_expr::LogicalPlan::Dml(_)
+            ) =>
+        {
+            plan.schema().fields().len()
+        }
+        _ => 0,
+    }
+}
+
+/// A Bind's result format codes: none, one for all columns, or one per
+/// column (PostgreSQL's rule; pgwire would index past a shorter list).
+pub fn check_result_formats(stmt: &Stmt, format: Option<&Format>) -> PgWireResult<()> {
+    if let Some(Format::Individual(codes)) = format {
+        let columns = result_columns(stmt);
+        if codes.len() != columns {
+            return Err(PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+                "ERROR".into(),
+                "08P01".into(),
+                format!(
+                    "bind message has {} result formats but query has {columns} columns",
+                    codes.len()
+                ),
+            ))));
+        }
+    }
+    Ok(())
 }
 
 /// Runs a deferred statement with the portal's values bound as literals.
