@@ -2,8 +2,10 @@
 //! port, real clients (tokio-postgres, psql).
 
 mod clients;
+mod cli_flags;
 mod common;
 mod faults;
+mod foreign_files;
 mod ingest;
 mod load;
 mod policy;

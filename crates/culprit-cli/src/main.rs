@@ -2,6 +2,7 @@
 //! it over the PostgreSQL wire.
 
 mod files;
+mod limits;
 mod output;
 mod progress;
 mod watch;
@@ -47,14 +48,14 @@ struct ServerArgs {
     #[arg(long)]
     tls_required: bool,
     /// Most connections at once; more are refused with SQLSTATE 53300.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = limits::max_connections)]
     max_connections: usize,
     /// Default statement timeout in seconds, covering execution (0: none); a client's
     /// `SET statement_timeout` wins.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = limits::statement_timeout)]
     statement_timeout: f64,
     /// Memory for one query, in MiB (0: unlimited); a query needing more fails with 53200.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = limits::query_memory_mb)]
     query_memory_mb: usize,
 }
 
@@ -74,10 +75,11 @@ impl ServerArgs {
                 _ => None,
             },
             tls_required: self.tls_required,
-            max_connections: self.max_connections.max(1),
+            max_connections: self.max_connections,
             statement_timeout: (self.statement_timeout > 0.0)
                 .then(|| std::time::Duration::from_secs_f64(self.statement_timeout)),
-            query_memory: (self.query_memory_mb > 0).then_some(self.query_memory_mb << 20),
+            query_memory: (self.query_memory_mb > 0)
+                .then_some(self.query_memory_mb.saturating_mul(1 << 20)),
         })
     }
 }
@@ -91,8 +93,10 @@ enum UserCommand {
         #[arg(long, env = "CULPRIT_USERS")]
         users: std::path::PathBuf,
         /// `read` (queries only) or `write` (also DDL/DML on session objects).
-        #[arg(long, default_value = "read")]
+        #[arg(long, default_value = "read", value_parser = ["read", "write"])]
         role: String,
+        /// 1 to 63 characters, no ':', whitespace or control characters.
+        #[arg(value_parser = limits::user_name)]
         name: String,
     },
 }
@@ -115,7 +119,7 @@ enum Command {
         #[arg(long)]
         watch: bool,
         /// Seconds between two looks at the inputs with --watch.
-        #[arg(long, default_value_t = 5.0)]
+        #[arg(long, default_value_t = 5.0, value_parser = limits::interval)]
         interval: f64,
         /// Files, folders, or s3:// / file:// URLs.
         #[arg(required = true)]
@@ -148,21 +152,21 @@ enum Command {
     /// Write a generated workload as interchange files.
     Generate {
         /// Output folder (created).
-        #[arg(long)]
+        #[arg(long, value_parser = limits::out_dir)]
         out: String,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// Queries to simulate (the victim, the culprit and others).
-        #[arg(long, default_value_t = 6)]
+        #[arg(long, default_value_t = 6, value_parser = limits::queries)]
         queries: usize,
         /// Hosts in the cluster.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = limits::hosts)]
         hosts: usize,
         /// Fast mode: this many tasks, plausible but not simulated (for benchmarks).
-        #[arg(long)]
+        #[arg(long, value_parser = limits::tasks)]
         tasks: Option<usize>,
         /// Slots per host in fast mode.
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, value_parser = limits::slots)]
         slots: usize,
         #[arg(long, value_enum, default_value = "parquet")]
         format: files::FileFormat,
@@ -209,7 +213,9 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
         } => {
             let store = Store::open(&store.store)?;
             if watch {
-                let interval = std::time::Duration::from_secs_f64(interval.max(0.1));
+                let interval = std::time::Duration::from_secs_f64(
+                    interval.clamp(limits::MIN_INTERVAL, limits::MAX_INTERVAL),
+                );
                 return watch::run(&store, &paths, IngestOptions { table, strict }, interval).await;
             }
             let report = ingest(&store, &paths, IngestOptions { table, strict }).await?;

@@ -19,6 +19,7 @@ pub const UNDEFINED_PARAMETER: &str = "42P02";
 pub const OUT_OF_MEMORY: &str = "53200";
 pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
 pub const IO_ERROR: &str = "58030";
+pub const DATA_CORRUPTED: &str = "XX001";
 pub const INTERNAL_ERROR: &str = "XX000";
 
 /// The SQLSTATE and message for a DataFusion error.
@@ -52,7 +53,11 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
             }
         }
         DataFusionError::IoError(_) | DataFusionError::ObjectStore(_) => IO_ERROR,
-        DataFusionError::External(_) => IO_ERROR,
+        DataFusionError::External(e) => match e.downcast_ref::<culprit_store::StoreError>() {
+            // A data file the store did not write (or an older layout).
+            Some(culprit_store::StoreError::ForeignSchema { .. }) => DATA_CORRUPTED,
+            _ => IO_ERROR,
+        },
         _ => INTERNAL_ERROR,
     };
     (code, msg)
@@ -112,5 +117,12 @@ mod tests {
             Box::new(DataFusionError::Plan("culprit: unknown victim 'q9'".into())),
         );
         assert_eq!(classify(&e).0, INVALID_PARAMETER_VALUE);
+        let e = DataFusionError::External(Box::new(culprit_store::StoreError::ForeignSchema {
+            path: "tables/tasks/x.parquet".into(),
+            table: "tasks".into(),
+            column: "host".into(),
+            problem: "is missing".into(),
+        }));
+        assert_eq!(classify(&e).0, DATA_CORRUPTED);
     }
 }

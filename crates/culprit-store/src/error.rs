@@ -19,6 +19,17 @@ pub enum StoreError {
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A data file whose columns are not what its table stores (an older or
+    /// hand-written file): reading it fails the statement instead of
+    /// misreading or panicking.
+    #[error("data file {path} of table {table}: column {column} {problem}")]
+    ForeignSchema {
+        path: String,
+        table: String,
+        column: String,
+        /// `has type Utf8, expected Timestamp(µs)` or `is missing`.
+        problem: String,
+    },
     #[error("arrow error: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
     #[error("commit conflict: {0} concurrent commits in a row, giving up")]

@@ -282,6 +282,7 @@ impl Store {
         let mut builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .map_err(perr)?
             .with_batch_size(64 * 1024);
+        check_schema(&path, &file.table, builder.schema(), columns)?;
         if let Some(cols) = columns {
             let schema = builder.schema().clone();
             let indices: Vec<usize> = cols
@@ -712,5 +713,100 @@ mod tests {
 
         let err = Store::open("ftp://x/y").unwrap_err().to_string();
         assert!(err.contains("unsupported scheme"), "{err}");
+    }
+}
+
+/// Checks that a data file's columns are those its table stores: every
+/// required column (of those asked for) is present and every known column
+/// has the stored type, so that readers may downcast without panicking.
+/// A file of an unknown table is not checked (nothing reads it as a table).
+fn check_schema(
+    path: &str,
+    table: &str,
+    found: &arrow::datatypes::Schema,
+    columns: Option<&[&str]>,
+) -> Result<()> {
+    use arrow::datatypes::DataType;
+    let Ok(t) = table.parse::<culprit_core::Table>() else {
+        return Ok(());
+    };
+    let bad = |column: &str, problem: String| StoreError::ForeignSchema {
+        path: path.to_string(),
+        table: table.to_string(),
+        column: column.to_string(),
+        problem,
+    };
+    for expected in t.schema().fields() {
+        let name = expected.name();
+        if columns.is_some_and(|c| !c.contains(&name.as_str())) {
+            continue;
+        }
+        match found.field_with_name(name) {
+            Err(_) if !expected.is_nullable() => {
+                return Err(bad(name, "is missing".into()));
+            }
+            Err(_) => {}
+            Ok(f) => {
+                let same = match (expected.data_type(), f.data_type()) {
+                    // The time zone does not change how values are read.
+                    (DataType::Timestamp(a, _), DataType::Timestamp(b, _)) => a == b,
+                    (a, b) => a == b,
+                };
+                if !same {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "has type {}, expected {}",
+                            f.data_type(),
+                            expected.data_type()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod check_schema_tests {
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn check_schema_names_file_column_and_types() {
+        let good = culprit_core::Table::Tasks.schema();
+        assert!(super::check_schema("t.parquet", "tasks", &good, None).is_ok());
+        let fields: Vec<Field> = good
+            .fields()
+            .iter()
+            .map(|f| {
+                if f.name() == "launch_time" {
+                    Field::new("launch_time", DataType::Utf8, true)
+                } else {
+                    f.as_ref().clone()
+                }
+            })
+            .collect();
+        let bad = Schema::new(fields);
+        let e = super::check_schema("t.parquet", "tasks", &bad, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("t.parquet") && e.contains("launch_time") && e.contains("Utf8"),
+            "{e}"
+        );
+        // A projection without the column does not look at it.
+        assert!(super::check_schema("t.parquet", "tasks", &bad, Some(&["task_id"])).is_ok());
+        let missing = Schema::new(
+            good.fields()
+                .iter()
+                .filter(|f| f.name() != "host")
+                .map(|f| f.as_ref().clone())
+                .collect::<Vec<_>>(),
+        );
+        let e = super::check_schema("t.parquet", "tasks", &missing, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host is missing"), "{e}");
     }
 }

@@ -214,3 +214,124 @@ mod tests {
         assert_eq!(super::option("app/q=1"), None);
     }
 }
+
+/// A proptest-driven fuzz test of the argument parser: arbitrary text and
+/// mutations of valid option strings and times never panic, and every
+/// error carries a message. Cases: `CULPRIT_FUZZ_CASES` (default 2,000,000,
+/// about 20 s in release mode).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    const VALID: [&str; 12] = [
+        "victim_stages=all",
+        "victim_stages => critical_path",
+        "stages='stage-1'",
+        "attribution=window",
+        "attribution => paper",
+        "slots=direct",
+        "slots => transitive",
+        "2026-01-01T00:00:00Z",
+        "2026-01-01 00:00:00.5+02:00",
+        "2026-01-01T00:00:00",
+        "1767225600000",
+        "app-1/q-7",
+    ];
+
+    fn cases() -> u32 {
+        std::env::var("CULPRIT_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2_000_000)
+    }
+
+    /// A valid string with a few bytes replaced, inserted or removed.
+    fn mutated() -> impl Strategy<Value = String> {
+        (
+            prop::sample::select(&VALID[..]),
+            prop::collection::vec((any::<u16>(), 0u8..3, any::<char>()), 0..4),
+        )
+            .prop_map(|(s, edits)| {
+                let mut c: Vec<char> = s.chars().collect();
+                for (at, op, ch) in edits {
+                    let i = at as usize % (c.len() + 1);
+                    match op {
+                        0 if i < c.len() => c[i] = ch,
+                        1 => c.insert(i, ch),
+                        _ if i < c.len() => {
+                            c.remove(i);
+                        }
+                        _ => c.push(ch),
+                    }
+                }
+                c.into_iter().collect()
+            })
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![any::<String>(), mutated(), "[=> '0-9a-z_:.+TZ-]{0,40}"]
+    }
+
+    fn scalar() -> impl Strategy<Value = ScalarValue> {
+        prop_oneof![
+            text().prop_map(|s| ScalarValue::Utf8(Some(s))),
+            text().prop_map(|s| ScalarValue::Utf8View(Some(s))),
+            any::<i64>().prop_map(|x| ScalarValue::Int64(Some(x))),
+            any::<i32>().prop_map(|x| ScalarValue::Int32(Some(x))),
+            any::<i64>().prop_map(|x| ScalarValue::TimestampSecond(Some(x), None)),
+            any::<i64>().prop_map(|x| ScalarValue::TimestampMillisecond(Some(x), None)),
+            any::<i64>().prop_map(|x| ScalarValue::TimestampMicrosecond(Some(x), None)),
+            any::<i64>().prop_map(|x| ScalarValue::TimestampNanosecond(Some(x), None)),
+            any::<f64>().prop_map(|x| ScalarValue::Float64(Some(x))),
+            Just(ScalarValue::Utf8(None)),
+            Just(ScalarValue::Null),
+        ]
+    }
+
+    fn check<T>(r: Result<T>) {
+        if let Err(e) = r {
+            assert!(
+                !e.to_string().trim().is_empty(),
+                "an error without a message"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: cases(),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn args_never_panic(
+            raw in prop::collection::vec(scalar(), 0..5),
+            victim in proptest::option::of(text()),
+        ) {
+            // What Args::parse does with each evaluated argument.
+            let mut positional = Vec::new();
+            let mut options = Vec::new();
+            for v in raw {
+                if let ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) = &v {
+                    if let Some(kv) = option(s) {
+                        prop_assert!(OPTIONS.contains(&kv.0.as_str()));
+                        options.push(kv);
+                        continue;
+                    }
+                    let _ = culprit_core::time::parse_time(s);
+                }
+                positional.push(v);
+            }
+            let args = Args { function: "culprits", positional, options };
+            check(args.max_positional(3, "culprits(victim [, from, to])"));
+            for i in 0..4 {
+                check(args.text(i));
+                check(args.time(i));
+            }
+            check(args.no_options());
+            check(args.blame_options(victim.map(|v| vec![v]), 1, 2));
+        }
+    }
+}
