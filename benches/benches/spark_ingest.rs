@@ -24,7 +24,7 @@ fn bench(c: &mut Criterion) {
     let bytes: bytes::Bytes = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (set CULPRIT_TEST_DATA)", path.display()))
         .into();
-    let part = spark::decode(LOG, &bytes).expect("decode");
+    let part = spark::decode(LOG, &bytes, usize::MAX).expect("decode");
     let text_len = part.text.len() as u64;
     let parts = [part];
 
@@ -39,7 +39,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("spark_decode_zstd", |b| {
-        b.iter(|| spark::decode(LOG, &bytes).expect("decode").text.len())
+        b.iter(|| spark::decode(LOG, &bytes, usize::MAX).expect("decode").text.len())
     });
     g.finish();
 }

@@ -186,8 +186,8 @@ async fn rejections_name_file_line_and_reason() {
         &strict_store,
         sources,
         &IngestOptions {
-            table: None,
             strict: true,
+            ..Default::default()
         },
         &(),
     )
@@ -267,4 +267,96 @@ fn ingest_command_exit_codes_and_summary() {
     let out = run(&["sql", "--store", store, "SELECT * FROM nope"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+}
+
+/// The largest resident set of a finished child, in KiB (GNU time).
+fn peak_rss_kib(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("PEAK_RSS_KIB=")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS in: {stderr}"))
+}
+
+/// A decompression bomb next to a real Spark log: the bomb (a zstd stream
+/// of 1 GiB of zeros, 33 KB on disk) is rejected with its file name and
+/// the cap, in bounded memory, and the real log is stored all the same.
+#[test]
+fn a_decompression_bomb_is_rejected_in_bounded_memory() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = crate::common::test_data().join("spark/apache-spark/spark-events/app-20161116163331-0000");
+    let text = std::fs::read_to_string(&real).unwrap();
+    let task_ends = text.lines().filter(|l| l.contains("\"SparkListenerTaskEnd\"")).count();
+    assert!(task_ends > 0);
+    std::fs::write(dir.join("app-20161116163331-0000"), &text).unwrap();
+    let bomb = dir.join("app-bomb.zstd");
+    {
+        let mut enc = zstd::stream::write::Encoder::new(std::fs::File::create(&bomb).unwrap(), 3).unwrap();
+        let zeros = vec![b' '; 1 << 20];
+        for _ in 0..1024 {
+            enc.write_all(&zeros).unwrap();
+        }
+        enc.finish().unwrap();
+    }
+    let on_disk = std::fs::metadata(&bomb).unwrap().len();
+    assert!(on_disk < 1 << 20, "the bomb is small on disk: {on_disk}");
+
+    let store = tmp.path().join("store");
+    let out = std::process::Command::new("/usr/bin/time")
+        .args(["-f", "PEAK_RSS_KIB=%M", env!("CARGO_BIN_EXE_culprit"), "ingest", "--store"])
+        .arg(&store)
+        .args(["--max-decoded-mb", "64"])
+        .arg(&dir)
+        .output()
+        .expect("GNU time (Debian's `time`) runs culprit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "rejections exit 1: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("app-bomb.zstd"))
+        .unwrap_or_else(|| panic!("the bomb is named: {stderr}"));
+    assert!(line.contains("more than 64 MiB"), "{line}");
+    // The cap (64 MiB) plus the process itself; before the cap the whole
+    // gigabyte was decoded first (1.1 GB).
+    let rss_mb = peak_rss_kib(&stderr) / 1024;
+    eprintln!("bomb ingest peak RSS: {rss_mb} MiB");
+    assert!(rss_mb < 300, "peak RSS {rss_mb} MiB");
+    // The real log was ingested: its TaskEnd events are its task rows.
+    let n = run_ok(&["sql", "--store", store.to_str().unwrap(), "--format", "csv", "SELECT count(*) AS n FROM tasks"]);
+    assert_eq!(n.lines().nth(1).unwrap().trim(), task_ends.to_string(), "{n}");
+}
+
+/// A Spark event whose time cannot be stored (ms beyond what microseconds
+/// since 1970 hold in 64 bits) is a rejected line with its reason, never
+/// a wrapped or skipped time.
+#[test]
+fn an_overflowing_spark_time_is_a_rejected_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let real = crate::common::test_data().join("spark/apache-spark/spark-events/app-20161116163331-0000");
+    let text = std::fs::read_to_string(&real).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("\"SparkListenerTaskEnd\"") && l.contains("\"Launch Time\":"))
+        .unwrap();
+    let l = &lines[at];
+    let start = l.find("\"Launch Time\":").unwrap() + "\"Launch Time\":".len();
+    let end = start + l[start..].find(|c: char| c == ',' || c == '}').unwrap();
+    lines[at] = format!("{}{}{}", &l[..start], i64::MAX, &l[end..]);
+    let dir = tmp.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("app-20161116163331-0000"), lines.join("\n") + "\n").unwrap();
+    let store = tmp.path().join("store");
+    let out = run(&["ingest", "--store", store.to_str().unwrap(), dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let line_no = at + 1;
+    assert!(
+        stderr.lines().any(|r| r.contains(&format!("line {line_no}")) && r.contains("out of range")),
+        "line {line_no} rejected with its reason: {stderr}"
+    );
 }

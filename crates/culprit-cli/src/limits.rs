@@ -84,6 +84,13 @@ pub fn statement_timeout(s: &str) -> Result<f64, String> {
     seconds(s, 0.001, MAX_STATEMENT_TIMEOUT, true)
 }
 
+/// `ingest --max-decoded-mb`: 1 MiB to 1 TiB.
+pub const MAX_DECODED_MB: usize = 1 << 20;
+
+pub fn max_decoded_mb(s: &str) -> Result<usize, String> {
+    count(s, 1, MAX_DECODED_MB)
+}
+
 pub fn interval(s: &str) -> Result<f64, String> {
     seconds(s, MIN_INTERVAL, MAX_INTERVAL, false)
 }

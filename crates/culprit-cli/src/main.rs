@@ -121,6 +121,11 @@ enum Command {
         /// Seconds between two looks at the inputs with --watch.
         #[arg(long, default_value_t = 5.0, value_parser = limits::interval)]
         interval: f64,
+        /// The most one compressed file (or zip archive) may decode to, in MiB: past it
+        /// the file is rejected and the rest ingested (a decompression bomb costs no more).
+        #[arg(long, default_value_t = (culprit_ingest::DEFAULT_MAX_DECODED_BYTES >> 20) as usize,
+              value_parser = limits::max_decoded_mb)]
+        max_decoded_mb: usize,
         /// Files, folders, or s3:// / file:// URLs.
         #[arg(required = true)]
         paths: Vec<String>,
@@ -209,16 +214,22 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             strict,
             watch,
             interval,
+            max_decoded_mb,
             paths,
         } => {
             let store = Store::open(&store.store)?;
+            let opts = IngestOptions {
+                table,
+                strict,
+                max_decoded_bytes: (max_decoded_mb as u64) << 20,
+            };
             if watch {
                 let interval = std::time::Duration::from_secs_f64(
                     interval.clamp(limits::MIN_INTERVAL, limits::MAX_INTERVAL),
                 );
-                return watch::run(&store, &paths, IngestOptions { table, strict }, interval).await;
+                return watch::run(&store, &paths, opts, interval).await;
             }
-            let report = ingest(&store, &paths, IngestOptions { table, strict }).await?;
+            let report = ingest(&store, &paths, opts).await?;
             Ok(if report.rejected.is_empty() {
                 ExitCode::SUCCESS
             } else {

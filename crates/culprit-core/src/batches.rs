@@ -62,7 +62,27 @@ impl TableBuilder {
     }
 
     pub fn finish(self) -> RecordBatch {
-        let arrays: Vec<ArrayRef> = self
+        let schema = self.table.schema();
+        let arrays = self.arrays();
+        RecordBatch::try_new(schema, arrays).expect("builder matches schema")
+    }
+
+    /// The rows with every column nullable: for rows still to be checked
+    /// (translated from a log, where a required value may be missing and
+    /// the row is then rejected with its reason, not built into a panic).
+    pub fn finish_unchecked(self) -> RecordBatch {
+        let schema = self.table.schema();
+        let fields: Vec<_> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        RecordBatch::try_new(schema, self.arrays()).expect("nullable columns take any row")
+    }
+
+    fn arrays(self) -> Vec<ArrayRef> {
+        self
             .cols
             .into_iter()
             .map(|c| -> ArrayRef {
@@ -72,7 +92,6 @@ impl TableBuilder {
                     Col::Float(mut b) => Arc::new(b.finish()),
                 }
             })
-            .collect();
-        RecordBatch::try_new(self.table.schema(), arrays).expect("builder matches schema")
+            .collect()
     }
 }

@@ -19,12 +19,32 @@ use crate::validate::{self, BatchDuplicates, Known};
 /// Rows buffered per table before they are written out as a Parquet file.
 const FLUSH_ROWS: usize = 1 << 20;
 
-#[derive(Debug, Clone, Default)]
+/// The default cap on what one compressed file (or zip archive) may
+/// decode to: 1 GiB. A real Spark event log is far smaller (the largest of
+/// the test data, a TPC-DS query on Photon, is 142 MB decoded; rolling logs
+/// are cut at 128 MB by default), and a decoded log is held in memory while
+/// it is parsed, so the cap is also the most one hostile file can cost.
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = 1 << 30;
+
+#[derive(Debug, Clone)]
 pub struct IngestOptions {
     /// Read every file as this table (else the file's or folder's name says).
     pub table: Option<Table>,
     /// Reject the whole batch when any row is rejected.
     pub strict: bool,
+    /// The most bytes one compressed file may decode to: past it the file
+    /// is rejected (the rest of the batch goes on), checked as it decodes.
+    pub max_decoded_bytes: u64,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            table: None,
+            strict: false,
+            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
+        }
+    }
 }
 
 /// Reports progress of a long ingest (a progress bar on a terminal).
@@ -191,6 +211,7 @@ pub async fn ingest(
         progress,
         buffered: BTreeMap::new(),
         seen_keys: HashSet::new(),
+        max_decoded: usize::try_from(opts.max_decoded_bytes).unwrap_or(usize::MAX),
     };
     let mut result = ctx.read_files(work).await;
     if result.is_ok() {
@@ -235,6 +256,8 @@ struct Ctx<'a> {
     progress: &'a dyn Progress,
     buffered: BTreeMap<Table, (Vec<RecordBatch>, usize)>,
     seen_keys: HashSet<String>,
+    /// `IngestOptions::max_decoded_bytes`, as a size on this machine.
+    max_decoded: usize,
 }
 
 impl Ctx<'_> {
@@ -359,7 +382,7 @@ impl Ctx<'_> {
             let apps: Vec<spark::RawLog> = if files == 1 && spark::zip::is_zip(&raw_parts[0].1) {
                 self.report.files += 1;
                 let (zip_name, bytes) = raw_parts.pop().expect("one part");
-                match spark::zip::entries(&bytes) {
+                match spark::zip::entries(&bytes, self.max_decoded) {
                     Ok(entries) => spark::group_entries(&zip_name, entries),
                     Err(reason) => {
                         self.report.rejected.push(Rejection {
@@ -407,13 +430,13 @@ impl Ctx<'_> {
     ) -> Result<LogOutcome> {
         let mut parts = Vec::with_capacity(raw_parts.len());
         for (part_name, bytes) in &raw_parts {
-            match spark::decode(part_name, bytes) {
+            match spark::decode(part_name, bytes, self.max_decoded) {
                 Ok(p) => parts.push(p),
-                Err(reason) if explicit || !parts.is_empty() => {
+                Err(e) if e.certain || explicit || !parts.is_empty() => {
                     self.report.rejected.push(Rejection {
                         file: part_name.clone(),
                         location: None,
-                        reason,
+                        reason: e.reason,
                     });
                     return Ok(LogOutcome::Rejected);
                 }

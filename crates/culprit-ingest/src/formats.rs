@@ -71,7 +71,21 @@ pub fn read(format: Format, bytes: Bytes) -> Result<RawRows, String> {
     }
 }
 
+/// The parquet crate panics on some corrupt files (a page whose lengths
+/// lie, found by `fuzz.rs`): such a panic is caught here and the file is
+/// rejected like any other unreadable file.
 fn read_parquet(bytes: Bytes) -> Result<RawRows, String> {
+    std::panic::catch_unwind(|| read_parquet_unguarded(bytes)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic in the Parquet reader");
+        Err(format!("not a readable Parquet file (corrupt data: {why})"))
+    })
+}
+
+fn read_parquet_unguarded(bytes: Bytes) -> Result<RawRows, String> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .map_err(|e| format!("not a readable Parquet file: {e}"))?
         .build()

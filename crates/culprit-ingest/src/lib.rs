@@ -11,11 +11,15 @@ mod convert;
 mod driver;
 mod error;
 mod formats;
+#[doc(hidden)]
+pub mod fuzz;
 mod sources;
 pub mod spark;
 mod validate;
 
-pub use driver::{ingest, IngestOptions, IngestReport, Progress, Rejection};
+pub use driver::{
+    ingest, IngestOptions, IngestReport, Progress, Rejection, DEFAULT_MAX_DECODED_BYTES,
+};
 pub use error::{IngestError, Result};
 pub use formats::Format;
 pub use sources::{list_sources, SourceFile};

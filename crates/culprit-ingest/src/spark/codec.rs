@@ -82,23 +82,48 @@ pub struct Decoded {
     pub truncated: Option<String>,
 }
 
-/// Decodes a whole compressed stream (`Plain` is the caller's: no copy).
-pub fn decode(codec: Codec, input: &[u8]) -> Result<Decoded, String> {
+/// The error of a stream that decodes to more than `max` bytes.
+pub fn over_cap(max: usize) -> String {
+    format!(
+        "decodes to more than {} MiB (the cap per file; raise it with --max-decoded-mb)",
+        max >> 20
+    )
+}
+
+/// Checks, before it is written, that `n` more bytes keep the output of
+/// length `len` within `max`.
+fn room(len: usize, n: usize, max: usize) -> Result<(), String> {
+    match len.checked_add(n) {
+        Some(total) if total <= max => Ok(()),
+        _ => Err(over_cap(max)),
+    }
+}
+
+/// A first reservation: what the input suggests, never more than the cap.
+fn reserve(input: &[u8], max: usize) -> Vec<u8> {
+    Vec::with_capacity(input.len().saturating_mul(4).min(max).min(1 << 26))
+}
+
+/// Decodes a whole compressed stream (`Plain` is the caller's: no copy)
+/// into at most `max` bytes: each decoder checks the cap before it writes,
+/// so a bomb costs `max` bytes at most, never its full size.
+pub fn decode(codec: Codec, input: &[u8], max: usize) -> Result<Decoded, String> {
     match codec {
         Codec::Plain => Err("a plain stream needs no decoding".into()),
-        Codec::Lz4 => lz4_java(input),
-        Codec::Snappy => snappy_java(input),
-        Codec::Lzf => lzf(input),
-        Codec::Zstd => {
-            read_to_end(zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?)
-        }
-        Codec::Gzip => read_to_end(flate2::read::MultiGzDecoder::new(input)),
+        Codec::Lz4 => lz4_java(input, max),
+        Codec::Snappy => snappy_java(input, max),
+        Codec::Lzf => lzf(input, max),
+        Codec::Zstd => read_to_end(
+            zstd::stream::read::Decoder::new(input).map_err(|e| e.to_string())?,
+            max,
+        ),
+        Codec::Gzip => read_to_end(flate2::read::MultiGzDecoder::new(input), max),
     }
 }
 
 /// Reads a streaming decoder to its end; an error after some output is a
 /// truncated stream (an in-progress log), an error before any is not.
-fn read_to_end(mut r: impl Read) -> Result<Decoded, String> {
+pub(crate) fn read_to_end(mut r: impl Read, max: usize) -> Result<Decoded, String> {
     let mut bytes = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
@@ -109,7 +134,10 @@ fn read_to_end(mut r: impl Read) -> Result<Decoded, String> {
                     truncated: None,
                 })
             }
-            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                room(bytes.len(), n, max)?;
+                bytes.extend_from_slice(&buf[..n]);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if bytes.is_empty() => return Err(e.to_string()),
             Err(e) => {
@@ -130,12 +158,12 @@ fn truncated(bytes: Vec<u8>, why: &str) -> Result<Decoded, String> {
 }
 
 /// lz4-java `LZ4BlockInputStream`.
-fn lz4_java(input: &[u8]) -> Result<Decoded, String> {
+fn lz4_java(input: &[u8], max: usize) -> Result<Decoded, String> {
     const HEADER: usize = 8 + 1 + 4 + 4 + 4;
     const RAW: u8 = 0x10;
     const LZ4: u8 = 0x20;
     const SEED: u32 = 0x9747_b28c;
-    let mut out = Vec::with_capacity(input.len() * 4);
+    let mut out = reserve(input, max);
     let mut pos = 0;
     let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
     while pos < input.len() {
@@ -165,6 +193,7 @@ fn lz4_java(input: &[u8]) -> Result<Decoded, String> {
         }
         let block = &input[pos..pos + clen];
         let start = out.len();
+        room(start, dlen.max(clen), max)?;
         match method {
             RAW => out.extend_from_slice(block),
             LZ4 => {
@@ -197,8 +226,8 @@ fn lz4_java(input: &[u8]) -> Result<Decoded, String> {
 }
 
 /// snappy-java `SnappyInputStream` (streams may be concatenated).
-fn snappy_java(input: &[u8]) -> Result<Decoded, String> {
-    let mut out = Vec::with_capacity(input.len() * 4);
+fn snappy_java(input: &[u8], max: usize) -> Result<Decoded, String> {
+    let mut out = reserve(input, max);
     let mut pos = 0;
     let mut dec = snap::raw::Decoder::new();
     while pos < input.len() {
@@ -222,6 +251,8 @@ fn snappy_java(input: &[u8]) -> Result<Decoded, String> {
         let n = snap::raw::decompress_len(chunk)
             .map_err(|e| format!("snappy chunk at byte {}: {e}", pos - 4))?;
         let start = out.len();
+        // The length is the chunk's own claim (up to 4 GiB): checked first.
+        room(start, n, max)?;
         out.resize(start + n, 0);
         dec.decompress(chunk, &mut out[start..])
             .map_err(|e| format!("snappy chunk at byte {}: {e}", pos - 4))?;
@@ -234,8 +265,8 @@ fn snappy_java(input: &[u8]) -> Result<Decoded, String> {
 }
 
 /// compress-lzf `LZFInputStream`.
-fn lzf(input: &[u8]) -> Result<Decoded, String> {
-    let mut out = Vec::with_capacity(input.len() * 4);
+fn lzf(input: &[u8], max: usize) -> Result<Decoded, String> {
+    let mut out = reserve(input, max);
     let mut pos = 0;
     while pos < input.len() {
         if input.len() - pos < 5 {
@@ -252,6 +283,7 @@ fn lzf(input: &[u8]) -> Result<Decoded, String> {
                 if input.len() - pos < len {
                     return truncated(out, "the lzf stream ends inside a chunk");
                 }
+                room(out.len(), len, max)?;
                 out.extend_from_slice(&input[pos..pos + len]);
                 pos += len;
             }
@@ -265,6 +297,7 @@ fn lzf(input: &[u8]) -> Result<Decoded, String> {
                     return truncated(out, "the lzf stream ends inside a chunk");
                 }
                 let at = pos - 7;
+                room(out.len(), ulen, max)?;
                 lzf_block(&input[pos..pos + len], ulen, &mut out)
                     .map_err(|e| format!("lzf chunk at byte {at}: {e}"))?;
                 pos += len;
@@ -288,6 +321,9 @@ fn lzf_block(src: &[u8], ulen: usize, out: &mut Vec<u8>) -> Result<(), String> {
         if ctrl < 32 {
             let n = ctrl + 1;
             let lit = src.get(i..i + n).ok_or("literal run past the end")?;
+            if out.len() - start + n > ulen {
+                return Err(format!("decodes past the {ulen} bytes its header says"));
+            }
             out.extend_from_slice(lit);
             i += n;
         } else {
@@ -303,6 +339,9 @@ fn lzf_block(src: &[u8], ulen: usize, out: &mut Vec<u8>) -> Result<(), String> {
                 return Err("match before the start of the block".into());
             }
             let from = out.len() - back;
+            if out.len() - start + len + 2 > ulen {
+                return Err(format!("decodes past the {ulen} bytes its header says"));
+            }
             for k in 0..len + 2 {
                 let b = out[from + k];
                 out.push(b);
@@ -329,10 +368,10 @@ mod tests {
         let mut stream = vec![b'Z', b'V', 1, 0, block.len() as u8, 0, 9];
         stream.extend_from_slice(&block);
         stream.extend_from_slice(&[b'Z', b'V', 0, 0, 2, b'x', b'y']);
-        let d = lzf(&stream).unwrap();
+        let d = lzf(&stream, 1 << 20).unwrap();
         assert_eq!(d.bytes, b"abcabcabcxy");
         assert!(d.truncated.is_none());
-        let cut = lzf(&stream[..stream.len() - 1]).unwrap();
+        let cut = lzf(&stream[..stream.len() - 1], 1 << 20).unwrap();
         assert_eq!(cut.bytes, b"abcabcabc");
         assert!(cut.truncated.is_some());
     }

@@ -18,7 +18,7 @@ pub struct AppStart {
     pub name: Option<String>,
     #[serde(rename = "App ID")]
     pub id: Option<String>,
-    #[serde(rename = "Timestamp")]
+    #[serde(rename = "Timestamp", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
     #[serde(rename = "User")]
     pub user: Option<String>,
@@ -28,7 +28,7 @@ pub struct AppStart {
 
 #[derive(Deserialize)]
 pub struct AppEnd {
-    #[serde(rename = "Timestamp")]
+    #[serde(rename = "Timestamp", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
 }
 
@@ -50,7 +50,7 @@ pub struct ExecutorInfo {
 
 #[derive(Deserialize)]
 pub struct ExecutorAdded {
-    #[serde(rename = "Timestamp")]
+    #[serde(rename = "Timestamp", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
     #[serde(rename = "Executor ID")]
     pub id: String,
@@ -60,7 +60,7 @@ pub struct ExecutorAdded {
 
 #[derive(Deserialize)]
 pub struct ExecutorRemoved {
-    #[serde(rename = "Timestamp")]
+    #[serde(rename = "Timestamp", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
     #[serde(rename = "Executor ID")]
     pub id: String,
@@ -80,7 +80,7 @@ pub struct BlockManagerId {
 pub struct BlockManagerAdded {
     #[serde(rename = "Block Manager ID")]
     pub id: BlockManagerId,
-    #[serde(rename = "Timestamp")]
+    #[serde(rename = "Timestamp", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
 }
 
@@ -96,9 +96,9 @@ pub struct StageInfo {
     pub num_tasks: Option<i64>,
     #[serde(rename = "Parent IDs")]
     pub parents: Option<Vec<i64>>,
-    #[serde(rename = "Submission Time")]
+    #[serde(rename = "Submission Time", deserialize_with = "epoch::opt", default)]
     pub submitted: Option<i64>,
-    #[serde(rename = "Completion Time")]
+    #[serde(rename = "Completion Time", deserialize_with = "epoch::opt", default)]
     pub completed: Option<i64>,
     #[serde(rename = "Failure Reason")]
     pub failure: Option<String>,
@@ -108,7 +108,7 @@ pub struct StageInfo {
 pub struct JobStart {
     #[serde(rename = "Job ID")]
     pub id: i64,
-    #[serde(rename = "Submission Time")]
+    #[serde(rename = "Submission Time", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
     #[serde(rename = "Stage IDs", default)]
     pub stage_ids: Vec<i64>,
@@ -126,7 +126,7 @@ pub struct JobResult {
 pub struct JobEnd {
     #[serde(rename = "Job ID")]
     pub id: i64,
-    #[serde(rename = "Completion Time")]
+    #[serde(rename = "Completion Time", deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
     #[serde(rename = "Job Result")]
     pub result: Option<JobResult>,
@@ -166,7 +166,7 @@ pub struct TaskInfo {
     pub attempt: Option<i64>,
     #[serde(rename = "Partition ID")]
     pub partition: Option<i64>,
-    #[serde(rename = "Launch Time")]
+    #[serde(rename = "Launch Time", deserialize_with = "epoch::positive")]
     pub launch: i64,
     #[serde(rename = "Executor ID")]
     pub executor: Option<String>,
@@ -176,9 +176,9 @@ pub struct TaskInfo {
     pub locality: Option<String>,
     #[serde(rename = "Speculative", default)]
     pub speculative: bool,
-    #[serde(rename = "Getting Result Time", default)]
+    #[serde(rename = "Getting Result Time", default, deserialize_with = "epoch::req")]
     pub getting_result: i64,
-    #[serde(rename = "Finish Time", default)]
+    #[serde(rename = "Finish Time", deserialize_with = "epoch::positive")]
     pub finish: i64,
     #[serde(rename = "Failed", default)]
     pub failed: bool,
@@ -303,6 +303,7 @@ pub struct SqlStart {
     #[serde(rename = "rootExecutionId")]
     pub root: Option<i64>,
     pub description: Option<String>,
+    #[serde(deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
 }
 
@@ -310,6 +311,7 @@ pub struct SqlStart {
 pub struct SqlEnd {
     #[serde(rename = "executionId")]
     pub id: i64,
+    #[serde(deserialize_with = "epoch::opt", default)]
     pub time: Option<i64>,
     #[serde(rename = "errorMessage")]
     pub error: Option<String>,
@@ -374,4 +376,43 @@ pub fn fast_event_name(line: &[u8]) -> Option<&str> {
 pub struct AnyEvent {
     #[serde(rename = "Event")]
     pub event: Option<String>,
+}
+
+/// Epoch milliseconds as Spark writes them, refused (the event's line is
+/// rejected, with this reason) when they cannot be a time culprit stores:
+/// microseconds since 1970 must fit in 64 bits, so |ms| < 9.2e15.
+mod epoch {
+    use serde::{Deserialize, Deserializer};
+
+    pub const MAX_MS: i64 = i64::MAX / 1000;
+
+    fn check<E: serde::de::Error>(ms: i64) -> Result<i64, E> {
+        if (-MAX_MS..=MAX_MS).contains(&ms) {
+            Ok(ms)
+        } else {
+            Err(E::custom(format!(
+                "time {ms} ms is out of range (at most {MAX_MS} ms from 1970)"
+            )))
+        }
+    }
+
+    pub fn opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        Option::<i64>::deserialize(d)?.map(check).transpose()
+    }
+
+    pub fn req<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        check(i64::deserialize(d)?)
+    }
+
+    /// A time a task must have (its launch and finish): after 1970.
+    pub fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let ms = check(i64::deserialize(d)?)?;
+        if ms > 0 {
+            Ok(ms)
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "time {ms} ms is not a time a task ran at (must be after 1970)"
+            )))
+        }
+    }
 }

@@ -195,19 +195,39 @@ pub struct Part {
     pub truncated: Option<String>,
 }
 
-/// Decodes one part (the codec from its magic bytes, else its extension).
-pub fn decode(name: &str, bytes: &Bytes) -> Result<Part, String> {
-    let mut codec = Codec::sniff(bytes);
+/// Why a part could not be decoded.
+#[derive(Debug)]
+pub struct DecodeFailure {
+    pub reason: String,
+    /// The part is certainly meant as a log (its magic bytes name a codec,
+    /// or it is over the cap), so the failure is a rejection, never "not
+    /// telemetry".
+    pub certain: bool,
+}
+
+/// Decodes one part (the codec from its magic bytes, else its extension)
+/// into at most `max_decoded` bytes.
+pub fn decode(name: &str, bytes: &Bytes, max_decoded: usize) -> Result<Part, DecodeFailure> {
+    let sniffed = Codec::sniff(bytes);
+    let mut codec = sniffed;
     if codec == Codec::Plain && !bytes.is_empty() && !looks_like_json(bytes) {
         if let Some(c) = Codec::from_extension(name) {
             codec = c;
         }
     }
     let (text, truncated) = match codec {
+        Codec::Plain if bytes.len() > max_decoded => {
+            return Err(DecodeFailure {
+                reason: codec::over_cap(max_decoded),
+                certain: true,
+            })
+        }
         Codec::Plain => (bytes.clone(), None),
         _ => {
-            let d = codec::decode(codec, bytes)
-                .map_err(|e| format!("cannot decode {} stream: {e}", codec.name()))?;
+            let d = codec::decode(codec, bytes, max_decoded).map_err(|e| DecodeFailure {
+                certain: sniffed != Codec::Plain,
+                reason: format!("cannot decode {} stream: {e}", codec.name()),
+            })?;
             (Bytes::from(d.bytes), d.truncated)
         }
     };

@@ -52,7 +52,7 @@ impl Rows {
 
     /// The rows as typed raw columns.
     pub fn into_raw(self) -> RawRows {
-        let batch = self.builder.finish();
+        let batch = self.builder.finish_unchecked();
         let columns: BTreeMap<String, _> = batch
             .schema()
             .fields()

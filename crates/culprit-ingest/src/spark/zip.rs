@@ -22,7 +22,10 @@ fn u32le(b: &[u8], at: usize) -> Result<usize, String> {
 }
 
 /// The files of an archive, in archive order: (name, bytes).
-pub fn entries(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
+/// The archive's entries, decoded; all of them together at most `max`
+/// bytes (each entry's sizes are the archive's claims: checked first).
+pub fn entries(bytes: &[u8], max: usize) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let mut total = 0usize;
     let tail = bytes.len().saturating_sub(65_557);
     let eocd = (tail..bytes.len().saturating_sub(21))
         .rev()
@@ -70,11 +73,17 @@ pub fn entries(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
         let data = bytes
             .get(start..start + csize)
             .ok_or_else(|| format!("zip entry {name} is cut short"))?;
+        if total.saturating_add(usize_) > max {
+            return Err(format!("zip entry {name}: {}", super::codec::over_cap(max)));
+        }
         let content = match method {
             0 => data.to_vec(),
             8 => {
-                let mut v = Vec::with_capacity(usize_);
+                // Read one byte past the entry's claimed size, so a longer
+                // stream is caught without decoding all of it.
+                let mut v = Vec::new();
                 flate2::read::DeflateDecoder::new(data)
+                    .take(usize_ as u64 + 1)
                     .read_to_end(&mut v)
                     .map_err(|e| format!("zip entry {name}: {e}"))?;
                 v
@@ -88,6 +97,7 @@ pub fn entries(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
         if content.len() != usize_ {
             return Err(format!("zip entry {name}: wrong size"));
         }
+        total += content.len();
         out.push((name, content));
     }
     Ok(out)
