@@ -255,6 +255,17 @@ mod tests {
         vec![csv, jsonl, parquet]
     }
 
+    /// Found by `fuzz_event_log_mutated`: a task row translated without its
+    /// host made the row builder panic; it is a rejected row now.
+    #[test]
+    fn a_task_without_its_host_is_rejected_not_a_panic() {
+        let text = String::from_utf8(log_text()).unwrap();
+        let bad = text.replacen(r#""Host":"h1","#, "", 1);
+        let part = spark::decode("app-1", &Bytes::from(bad), FUZZ_CAP).unwrap();
+        let parsed = spark::parse(&[part], spark::LogState::default(), "fuzz");
+        let _ = parsed;
+    }
+
     #[test]
     fn interchange_seeds_read() {
         for s in interchange_seeds() {
