@@ -39,7 +39,12 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("spark_decode_zstd", |b| {
-        b.iter(|| spark::decode(LOG, &bytes, usize::MAX).expect("decode").text.len())
+        b.iter(|| {
+            spark::decode(LOG, &bytes, usize::MAX)
+                .expect("decode")
+                .text
+                .len()
+        })
     });
     g.finish();
 }

@@ -149,3 +149,29 @@ pub fn test_data() -> PathBuf {
     );
     dir
 }
+
+/// Logs in with a password over the real wire (no TLS).
+pub async fn login(
+    addr: SocketAddr,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::connect(
+        &format!(
+            "host={} port={} user={user} password={password} dbname=culprit",
+            addr.ip(),
+            addr.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// The SQLSTATE of a server error (or why it is not one).
+pub fn code(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.code().code().to_string())
+        .unwrap_or_else(|| format!("not a server error: {e}"))
+}

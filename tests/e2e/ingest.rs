@@ -287,14 +287,19 @@ fn a_decompression_bomb_is_rejected_in_bounded_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("logs");
     std::fs::create_dir_all(&dir).unwrap();
-    let real = crate::common::test_data().join("spark/apache-spark/spark-events/app-20161116163331-0000");
+    let real =
+        crate::common::test_data().join("spark/apache-spark/spark-events/app-20161116163331-0000");
     let text = std::fs::read_to_string(&real).unwrap();
-    let task_ends = text.lines().filter(|l| l.contains("\"SparkListenerTaskEnd\"")).count();
+    let task_ends = text
+        .lines()
+        .filter(|l| l.contains("\"SparkListenerTaskEnd\""))
+        .count();
     assert!(task_ends > 0);
     std::fs::write(dir.join("app-20161116163331-0000"), &text).unwrap();
     let bomb = dir.join("app-bomb.zstd");
     {
-        let mut enc = zstd::stream::write::Encoder::new(std::fs::File::create(&bomb).unwrap(), 3).unwrap();
+        let mut enc =
+            zstd::stream::write::Encoder::new(std::fs::File::create(&bomb).unwrap(), 3).unwrap();
         let zeros = vec![b' '; 1 << 20];
         for _ in 0..1024 {
             enc.write_all(&zeros).unwrap();
@@ -306,7 +311,13 @@ fn a_decompression_bomb_is_rejected_in_bounded_memory() {
 
     let store = tmp.path().join("store");
     let out = std::process::Command::new("/usr/bin/time")
-        .args(["-f", "PEAK_RSS_KIB=%M", env!("CARGO_BIN_EXE_culprit"), "ingest", "--store"])
+        .args([
+            "-f",
+            "PEAK_RSS_KIB=%M",
+            env!("CARGO_BIN_EXE_culprit"),
+            "ingest",
+            "--store",
+        ])
         .arg(&store)
         .args(["--max-decoded-mb", "64"])
         .arg(&dir)
@@ -326,8 +337,19 @@ fn a_decompression_bomb_is_rejected_in_bounded_memory() {
     eprintln!("bomb ingest peak RSS: {rss_mb} MiB");
     assert!(rss_mb < 300, "peak RSS {rss_mb} MiB");
     // The real log was ingested: its TaskEnd events are its task rows.
-    let n = run_ok(&["sql", "--store", store.to_str().unwrap(), "--format", "csv", "SELECT count(*) AS n FROM tasks"]);
-    assert_eq!(n.lines().nth(1).unwrap().trim(), task_ends.to_string(), "{n}");
+    let n = run_ok(&[
+        "sql",
+        "--store",
+        store.to_str().unwrap(),
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM tasks",
+    ]);
+    assert_eq!(
+        n.lines().nth(1).unwrap().trim(),
+        task_ends.to_string(),
+        "{n}"
+    );
 }
 
 /// A Spark event whose time cannot be stored (ms beyond what microseconds
@@ -336,7 +358,8 @@ fn a_decompression_bomb_is_rejected_in_bounded_memory() {
 #[test]
 fn an_overflowing_spark_time_is_a_rejected_line() {
     let tmp = tempfile::tempdir().unwrap();
-    let real = crate::common::test_data().join("spark/apache-spark/spark-events/app-20161116163331-0000");
+    let real =
+        crate::common::test_data().join("spark/apache-spark/spark-events/app-20161116163331-0000");
     let text = std::fs::read_to_string(&real).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let at = lines
@@ -351,12 +374,19 @@ fn an_overflowing_spark_time_is_a_rejected_line() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("app-20161116163331-0000"), lines.join("\n") + "\n").unwrap();
     let store = tmp.path().join("store");
-    let out = run(&["ingest", "--store", store.to_str().unwrap(), dir.to_str().unwrap()]);
+    let out = run(&[
+        "ingest",
+        "--store",
+        store.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let line_no = at + 1;
     assert!(
-        stderr.lines().any(|r| r.contains(&format!("line {line_no}")) && r.contains("out of range")),
+        stderr
+            .lines()
+            .any(|r| r.contains(&format!("line {line_no}")) && r.contains("out of range")),
         "line {line_no} rejected with its reason: {stderr}"
     );
 }

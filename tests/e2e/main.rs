@@ -1,8 +1,8 @@
 //! End-to-end tests: the real `culprit` binary, the real server on a real
 //! port, real clients (tokio-postgres, psql).
 
-mod clients;
 mod cli_flags;
+mod clients;
 mod common;
 mod faults;
 mod foreign_files;

@@ -10,29 +10,14 @@ use std::path::Path;
 
 use culprit_server::{Role, ServerOptions, Users};
 use culprit_store::Store;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
-use crate::common::{connect, demo_store, run, start_server_with};
+use crate::common::{code, connect, demo_store, run, start_server_with};
 
 async fn login(addr: SocketAddr, user: &str, password: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(
-        &format!(
-            "host={} port={} user={user} password={password} dbname=culprit",
-            addr.ip(),
-            addr.port()
-        ),
-        NoTls,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{user} logs in: {e}"));
-    tokio::spawn(conn);
-    client
-}
-
-fn code(e: &tokio_postgres::Error) -> String {
-    e.as_db_error()
-        .map(|d| d.code().code().to_string())
-        .unwrap_or_else(|| format!("not a server error: {e}"))
+    crate::common::login(addr, user, password)
+        .await
+        .unwrap_or_else(|e| panic!("{user} logs in: {e}"))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -133,8 +118,14 @@ async fn check_role(c: &Client, who: &str, role: Role, files: &Path) {
         )
         .await;
         let table_now = run_on(c, Path3::Simple, &format!("SELECT x FROM {table}"), "", "").await;
-        let view_now =
-            run_on(c, Path3::Simple, &format!("SELECT count(*) FROM {view}"), "", "").await;
+        let view_now = run_on(
+            c,
+            Path3::Simple,
+            &format!("SELECT count(*) FROM {view}"),
+            "",
+            "",
+        )
+        .await;
         match role {
             Role::Read => {
                 assert_eq!(made, Err("42501".into()), "{ctx}: CREATE TABLE");
@@ -228,8 +219,20 @@ async fn every_role_on_every_statement_path() {
         },
     )
     .await;
-    check_role(&login(addr, "alice", "alice-pw").await, "alice", Role::Read, &files).await;
-    check_role(&login(addr, "bob", "bob-pw").await, "bob", Role::Write, &files).await;
+    check_role(
+        &login(addr, "alice", "alice-pw").await,
+        "alice",
+        Role::Read,
+        &files,
+    )
+    .await;
+    check_role(
+        &login(addr, "bob", "bob-pw").await,
+        "bob",
+        Role::Write,
+        &files,
+    )
+    .await;
 
     // Without users (loopback only), everyone is read-only.
     let (addr, _h2) =
@@ -251,7 +254,8 @@ async fn every_role_on_every_statement_path() {
 #[tokio::test]
 async fn bad_wire_parameters_are_refused() {
     let (_tmp, store) = demo_store();
-    let (addr, _h) = start_server_with(Store::open(&store).unwrap(), ServerOptions::default()).await;
+    let (addr, _h) =
+        start_server_with(Store::open(&store).unwrap(), ServerOptions::default()).await;
     let c = connect(addr).await;
     for sql in ["SELECT $0", "SELECT * FROM culprits($0)", "SELECT $65536"] {
         let e = c.query(sql, &[]).await.unwrap_err();
@@ -267,7 +271,11 @@ async fn bad_wire_parameters_are_refused() {
         let e = c.simple_query(sql).await.unwrap_err();
         assert_eq!(code(&e), "22023", "{sql}: {e:?}");
         // The statement after it runs under no broken deadline.
-        let n: i64 = c.query_one("SELECT count(*) FROM tasks", &[]).await.unwrap().get(0);
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM tasks", &[])
+            .await
+            .unwrap()
+            .get(0);
         assert!(n > 0);
     }
     // Several statements in one prepared statement: refused as PostgreSQL does.
@@ -309,7 +317,10 @@ fn a_session_reaches_no_file_but_its_store() {
             None,
         ),
         (
-            format!("SELECT * FROM '{}'", tmp.path().join("secret.csv").display()),
+            format!(
+                "SELECT * FROM '{}'",
+                tmp.path().join("secret.csv").display()
+            ),
             None,
         ),
     ] {

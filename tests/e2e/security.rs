@@ -13,7 +13,7 @@ use culprit_store::Store;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-use crate::common::{connect, demo_store, start_server_with};
+use crate::common::{code, connect, demo_store, login, start_server_with};
 
 /// A query that would run for about ten minutes (2e11 rows filtered, in
 /// batches, so it can be stopped between them).
@@ -23,24 +23,6 @@ const SLOW: &str = "SELECT count(*) FROM range(200000000000) WHERE (value * 7919
 /// may share the two cores).
 const STOPS_WITHIN: Duration = Duration::from_secs(30);
 
-async fn login(
-    addr: SocketAddr,
-    user: &str,
-    password: &str,
-) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let (client, conn) = tokio_postgres::connect(
-        &format!(
-            "host={} port={} user={user} password={password} dbname=culprit",
-            addr.ip(),
-            addr.port()
-        ),
-        NoTls,
-    )
-    .await?;
-    tokio::spawn(conn);
-    Ok(client)
-}
-
 /// The real server on a free loopback port over the demo workload.
 async fn serve_demo(
     opts: ServerOptions,
@@ -48,12 +30,6 @@ async fn serve_demo(
     let (tmp, store) = demo_store();
     let (addr, handle) = start_server_with(Store::open(&store).unwrap(), opts).await;
     (tmp, addr, handle)
-}
-
-fn code(e: &tokio_postgres::Error) -> String {
-    e.as_db_error()
-        .map(|d| d.code().code().to_string())
-        .unwrap_or_else(|| format!("not a server error: {e}"))
 }
 
 fn users() -> Users {

@@ -98,7 +98,11 @@ fn seeds() -> Vec<Vec<u8>> {
     s.extend(tail());
     out.push(s);
     let mut s = parse("", "SELECT * FROM blame($1, $2)", &[TEXT, TEXT]);
-    s.extend(bind("", &[0, 0], &[text("q-victim"), text("victim_stages=all")]));
+    s.extend(bind(
+        "",
+        &[0, 0],
+        &[text("q-victim"), text("victim_stages=all")],
+    ));
     s.extend(tail());
     out.push(s);
     let mut s = parse(
@@ -106,10 +110,18 @@ fn seeds() -> Vec<Vec<u8>> {
         "SELECT count(*) FROM tasks WHERE host <> $1 AND launch_time > $2",
         &[TEXT, TIMESTAMPTZ],
     );
-    s.extend(bind("", &[0, 1], &[text("h"), Some(0i64.to_be_bytes().to_vec())]));
+    s.extend(bind(
+        "",
+        &[0, 1],
+        &[text("h"), Some(0i64.to_be_bytes().to_vec())],
+    ));
     s.extend(tail());
     out.push(s);
-    let mut s = parse("", "SELECT $1::int8 + $2::int4, $3::float8", &[INT8, INT4, FLOAT8]);
+    let mut s = parse(
+        "",
+        "SELECT $1::int8 + $2::int4, $3::float8",
+        &[INT8, INT4, FLOAT8],
+    );
     s.extend(bind(
         "",
         &[1, 1, 1],
@@ -187,10 +199,28 @@ fn structured(rng: &mut Rng) -> Vec<u8> {
         "SELECT count(*) FROM tasks WHERE launch_time > $1",
         "SELECT * FROM blame($1, $2)",
     ];
-    let oids = [0, TEXT, INT8, INT4, FLOAT8, TIMESTAMPTZ, 16, 17, 1700, 114, 3802, 2950, -1];
+    let oids = [
+        0,
+        TEXT,
+        INT8,
+        INT4,
+        FLOAT8,
+        TIMESTAMPTZ,
+        16,
+        17,
+        1700,
+        114,
+        3802,
+        2950,
+        -1,
+    ];
     let sql = sqls[rng.below(sqls.len())];
-    let declared: Vec<i32> = (0..rng.below(4)).map(|_| oids[rng.below(oids.len())]).collect();
-    let formats: Vec<i16> = (0..rng.below(4)).map(|_| [0, 1, 2, -1][rng.below(4)]).collect();
+    let declared: Vec<i32> = (0..rng.below(4))
+        .map(|_| oids[rng.below(oids.len())])
+        .collect();
+    let formats: Vec<i16> = (0..rng.below(4))
+        .map(|_| [0, 1, 2, -1][rng.below(4)])
+        .collect();
     let values: Vec<Option<Vec<u8>>> = (0..rng.below(4))
         .map(|_| match rng.below(4) {
             0 => None,
@@ -277,7 +307,10 @@ fn a_huge_row_limit_is_served() {
     m.extend(msg(b'E', &[0, 0x7f, 0xff, 0xff, 0xff]));
     m.extend(msg(b'S', &[]));
     let got = one_case(addr, &m);
-    assert!(server.child.try_wait().unwrap().is_none(), "the server died");
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server died"
+    );
     let rows = got.windows(1).filter(|w| w[0] == b'D').count();
     assert!(rows > 0, "rows came back: {got:?}");
     assert!(got.contains(&b'C'), "CommandComplete: {got:?}");
@@ -366,7 +399,11 @@ fn the_wire_survives_mutated_extended_protocol() {
     );
     // Still serving, correctly.
     let out = crate::common::psql(addr, &["-Atc", "SELECT count(*) FROM culprits('q-victim')"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let n: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(n > 0);
     std::thread::sleep(Duration::from_millis(200));

@@ -82,8 +82,7 @@ impl TableBuilder {
     }
 
     fn arrays(self) -> Vec<ArrayRef> {
-        self
-            .cols
+        self.cols
             .into_iter()
             .map(|c| -> ArrayRef {
                 match c {

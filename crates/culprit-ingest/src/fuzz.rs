@@ -242,12 +242,19 @@ mod tests {
             use arrow::record_batch::RecordBatch;
             use std::sync::Arc;
             let batch = RecordBatch::try_from_iter([
-                ("task_id", Arc::new(StringArray::from(vec!["t1", "t2"])) as arrow::array::ArrayRef),
-                ("launch_time", Arc::new(Int64Array::from(vec![1_700_000_000_000i64, 2]))),
+                (
+                    "task_id",
+                    Arc::new(StringArray::from(vec!["t1", "t2"])) as arrow::array::ArrayRef,
+                ),
+                (
+                    "launch_time",
+                    Arc::new(Int64Array::from(vec![1_700_000_000_000i64, 2])),
+                ),
             ])
             .unwrap();
             let mut out = Vec::new();
-            let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+            let mut w =
+                parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
             w.write(&batch).unwrap();
             w.close().unwrap();
             out

@@ -211,8 +211,7 @@ fn savepoint_tag(statement: &Statement) -> Option<&'static str> {
 }
 
 fn savepoint_answer(statement: &Statement) -> Option<PgWireResult<Response>> {
-    savepoint_tag(statement)
-        .map(|tag| Ok(Response::Execution(pgwire::api::results::Tag::new(tag))))
+    savepoint_tag(statement).map(|tag| Ok(Response::Execution(pgwire::api::results::Tag::new(tag))))
 }
 
 #[async_trait]
@@ -491,9 +490,11 @@ impl SimpleQueryHandler for Service {
         // the same text with the same parser.
         self.shared.gate.admit(&query, &user_of(client))?;
         let guard = Arc::new(self.begin(client));
-        let responses =
-            Self::guarded(&guard, SimpleQueryHandler::do_query(&*self.inner, client, &query))
-                .await?;
+        let responses = Self::guarded(
+            &guard,
+            SimpleQueryHandler::do_query(&*self.inner, client, &query),
+        )
+        .await?;
         Ok(responses
             .into_iter()
             .map(|r| Self::wrap(r, guard.clone()))

@@ -9,8 +9,8 @@ mod handlers;
 mod params;
 mod policy;
 mod rewrite;
-pub mod wire;
 pub mod sqlstate;
+pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -81,15 +81,15 @@ impl QueryParser for CulpritParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let sql = &crate::rewrite::before_parse(sql);
-        let mut admitted = self
-            .gate
-            .admit(sql, &crate::handlers::user_of(client))?;
+        let mut admitted = self.gate.admit(sql, &crate::handlers::user_of(client))?;
         if admitted.len() > 1 {
-            return Err(PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
-                "ERROR".into(),
-                crate::sqlstate::SYNTAX_ERROR.into(),
-                "cannot insert multiple commands into a prepared statement".into(),
-            ))));
+            return Err(PgWireError::UserError(Box::new(
+                pgwire::error::ErrorInfo::new(
+                    "ERROR".into(),
+                    crate::sqlstate::SYNTAX_ERROR.into(),
+                    "cannot insert multiple commands into a prepared statement".into(),
+                ),
+            )));
         }
         let err = match self.inner.parse_sql(client, sql, types).await {
             Ok(s) => return Ok(s),
@@ -153,14 +153,16 @@ pub fn check_result_formats(stmt: &Stmt, format: Option<&Format>) -> PgWireResul
     if let Some(Format::Individual(codes)) = format {
         let columns = result_columns(stmt);
         if codes.len() != columns {
-            return Err(PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
-                "ERROR".into(),
-                "08P01".into(),
-                format!(
-                    "bind message has {} result formats but query has {columns} columns",
-                    codes.len()
+            return Err(PgWireError::UserError(Box::new(
+                pgwire::error::ErrorInfo::new(
+                    "ERROR".into(),
+                    "08P01".into(),
+                    format!(
+                        "bind message has {} result formats but query has {columns} columns",
+                        codes.len()
+                    ),
                 ),
-            ))));
+            )));
         }
     }
     Ok(())
@@ -200,10 +202,13 @@ pub async fn run_deferred<C: ClientInfo>(
         };
         values.push(v);
     }
-    substitute(&mut stmt, &|n| match n.checked_sub(1).and_then(|i| values.get(i)) {
-        Some(Some(v)) => Value::SingleQuotedString(v.clone()),
-        _ => Value::Null,
-    });
+    substitute(
+        &mut stmt,
+        &|n| match n.checked_sub(1).and_then(|i| values.get(i)) {
+            Some(Some(v)) => Value::SingleQuotedString(v.clone()),
+            _ => Value::Null,
+        },
+    );
     // Planned from the admitted tree (values now literals), not from text.
     let df_err = |e| PgWireError::ApiError(Box::new(e));
     let plan = ctx

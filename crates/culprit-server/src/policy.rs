@@ -26,8 +26,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CopyTarget, Expr, ObjectType, Query, Set, SetExpr, Statement, Value, Visit,
-    Visitor,
+    CopyTarget, Expr, ObjectType, Query, Set, SetExpr, Statement, Value, Visit, Visitor,
 };
 use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -54,7 +53,11 @@ impl Refusal {
 
 impl From<Refusal> for PgWireError {
     fn from(r: Refusal) -> PgWireError {
-        PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), r.code.into(), r.message)))
+        PgWireError::UserError(Box::new(ErrorInfo::new(
+            "ERROR".into(),
+            r.code.into(),
+            r.message,
+        )))
     }
 }
 
@@ -93,7 +96,10 @@ fn location(what: &str) -> Need {
 fn unsupported(stmt: &Statement) -> Need {
     Need::Never(Refusal::new(
         sqlstate::FEATURE_NOT_SUPPORTED,
-        format!("culprit does not run this kind of statement: {}", head(stmt)),
+        format!(
+            "culprit does not run this kind of statement: {}",
+            head(stmt)
+        ),
     ))
 }
 
@@ -220,9 +226,11 @@ fn need(stmt: &Statement) -> Need {
         }
         Statement::Set(set) => set_need(set),
         Statement::Copy { to, target, .. } => match (to, target) {
-            (_, CopyTarget::File { .. } | CopyTarget::Program { .. }) => {
-                location(if *to { "COPY ... TO a file" } else { "COPY ... FROM a file" })
-            }
+            (_, CopyTarget::File { .. } | CopyTarget::Program { .. }) => location(if *to {
+                "COPY ... TO a file"
+            } else {
+                "COPY ... FROM a file"
+            }),
             _ => Need::Never(Refusal::new(
                 sqlstate::FEATURE_NOT_SUPPORTED,
                 "COPY to or from the client (STDIN/STDOUT) is not supported yet",
@@ -461,7 +469,12 @@ mod tests {
 
     #[test]
     fn bad_parameters_and_settings() {
-        for sql in ["SELECT $0", "SELECT * FROM culprits($0)", "SELECT $65536", "SELECT $x"] {
+        for sql in [
+            "SELECT $0",
+            "SELECT * FROM culprits($0)",
+            "SELECT $65536",
+            "SELECT $x",
+        ] {
             assert_eq!(verdict(sql, Role::Write), Err("42P02"), "{sql}");
         }
         for sql in [
@@ -475,12 +488,18 @@ mod tests {
             assert_eq!(verdict(sql, Role::Read), Err("22023"), "{sql}");
         }
         assert_eq!(verdict("SET statement_timeout = 0", Role::Read), Ok(()));
-        assert_eq!(verdict("SET statement_timeout = '2147483647'", Role::Read), Ok(()));
+        assert_eq!(
+            verdict("SET statement_timeout = '2147483647'", Role::Read),
+            Ok(())
+        );
     }
 
     #[test]
     fn unknown_kinds_for_no_role() {
-        for sql in ["CREATE INDEX i ON tasks (host)", "GRANT SELECT ON tasks TO bob"] {
+        for sql in [
+            "CREATE INDEX i ON tasks (host)",
+            "GRANT SELECT ON tasks TO bob",
+        ] {
             assert_eq!(verdict(sql, Role::Write), Err("0A000"), "{sql}");
         }
         assert_eq!(verdict("COPY tasks TO STDOUT", Role::Write), Err("0A000"));

@@ -107,8 +107,12 @@ impl<'a> Body<'a> {
     }
     fn count(&mut self, field: &str) -> io::Result<usize> {
         let n = self.i16(field)?;
-        usize::try_from(n)
-            .map_err(|_| violation(format!("invalid frontend message '{}': {field} is {n}", self.what)))
+        usize::try_from(n).map_err(|_| {
+            violation(format!(
+                "invalid frontend message '{}': {field} is {n}",
+                self.what
+            ))
+        })
     }
     fn formats(&mut self, n: usize, field: &str) -> io::Result<()> {
         for _ in 0..n {
@@ -168,7 +172,10 @@ fn check_typed(tag: u8, body: &[u8]) -> io::Result<Option<usize>> {
             for i in 0..np {
                 let len = b.i32("a parameter length")?;
                 if len < -1 {
-                    return Err(violation(format!("invalid length {len} of parameter {}", i + 1)));
+                    return Err(violation(format!(
+                        "invalid length {len} of parameter {}",
+                        i + 1
+                    )));
                 }
                 if len > 0 {
                     b.take(len as usize, "a parameter value")?;
@@ -194,7 +201,9 @@ fn check_typed(tag: u8, body: &[u8]) -> io::Result<Option<usize>> {
             let max_rows = b.i32("the row limit")?;
             b.end()?;
             if max_rows < 0 {
-                return Err(violation(format!("invalid row limit {max_rows} in Execute")));
+                return Err(violation(format!(
+                    "invalid row limit {max_rows} in Execute"
+                )));
             }
             return Ok(Some(name.len() + 1));
         }
@@ -235,10 +244,7 @@ fn check_startup(body: &[u8]) -> io::Result<()> {
     // key\0value\0 ... \0
     let mut rest = &body[4..body.len() - 1];
     while !rest.is_empty() {
-        let mut pair = Body {
-            b: rest,
-            what: '0',
-        };
+        let mut pair = Body { b: rest, what: '0' };
         pair.cstr("a startup parameter name")?;
         pair.cstr("a startup parameter value")?;
         rest = pair.b;
@@ -424,7 +430,9 @@ pub async fn serve<H: PgWireServerHandlers>(
             Some(Err(e)) => {
                 log::info!("closing connection from {}: {e}", socket.socket_addr());
                 let info = ErrorInfo::new("FATAL".into(), "08P01".into(), e.to_string());
-                let _ = socket.send(PgWireBackendMessage::ErrorResponse(info.into())).await;
+                let _ = socket
+                    .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                    .await;
                 break;
             }
         };
@@ -488,16 +496,19 @@ mod tests {
     #[test]
     fn lying_lengths_and_counts_are_violations() {
         for bad in [
-            vec![b'E', 0, 0, 0, 0],              // length under 4
+            vec![b'E', 0, 0, 0, 0],             // length under 4
             vec![b'Q', 0x7f, 0xff, 0xff, 0xff], // over the cap
             vec![b'Q', 0xff, 0xff, 0xff, 0xff], // negative
             msg(b'Q', b"no nul"),
-            msg(b'B', b"\0\0\0\x01\0\x00"),                     // format count past end
-            msg(b'B', b"\0\0\0\0\0\x01\0\0\0\x09abc\0\0"),      // value length past end
+            msg(b'B', b"\0\0\0\x01\0\x00"), // format count past end
+            msg(b'B', b"\0\0\0\0\0\x01\0\0\0\x09abc\0\0"), // value length past end
             msg(b'B', b"\0\0\0\x01\0\x02\0\x01\0\0\0\x00\0\0"), // format code 2
-            msg(b'B', b"\0\0\0\x02\0\0\0\0\0\x03\0\0\0\0\0\0\0\0\0\0\0\0\0\0"), // 2 formats, 3 params
-            msg(b'P', b"\0SELECT 1\0\xff\xff"),                 // negative type count
-            msg(b'E', b"\0\xff\xff\xff\xff"),                   // negative row limit
+            msg(
+                b'B',
+                b"\0\0\0\x02\0\0\0\0\0\x03\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+            ), // 2 formats, 3 params
+            msg(b'P', b"\0SELECT 1\0\xff\xff"), // negative type count
+            msg(b'E', b"\0\xff\xff\xff\xff"), // negative row limit
             msg(b'D', b"X\0"),
             msg(b'S', b"x"),
             msg(b'Z', b""),

@@ -68,7 +68,11 @@ impl Confined {
 
 impl fmt::Display for Confined {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Confined({}, read-only, under /{})", self.inner, self.root)
+        write!(
+            f,
+            "Confined({}, read-only, under /{})",
+            self.inner, self.root
+        )
     }
 }
 
@@ -162,7 +166,11 @@ impl StoreOnlyRegistry {
 
 /// What the registry keys a URL by: scheme and authority.
 fn key(url: &Url) -> String {
-    format!("{}://{}", url.scheme(), &url[url::Position::BeforeHost..url::Position::AfterPort])
+    format!(
+        "{}://{}",
+        url.scheme(),
+        &url[url::Position::BeforeHost..url::Position::AfterPort]
+    )
 }
 
 impl ObjectStoreRegistry for StoreOnlyRegistry {
@@ -196,9 +204,12 @@ mod tests {
     #[tokio::test]
     async fn reads_under_the_root_only_and_never_writes() {
         let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        mem.put(&Path::from("store/a.parquet"), Bytes::from_static(b"in").into())
-            .await
-            .unwrap();
+        mem.put(
+            &Path::from("store/a.parquet"),
+            Bytes::from_static(b"in").into(),
+        )
+        .await
+        .unwrap();
         mem.put(&Path::from("secret/b"), Bytes::from_static(b"out").into())
             .await
             .unwrap();
@@ -212,11 +223,17 @@ mod tests {
             .put(&Path::from("store/new"), Bytes::from_static(b"x").into())
             .await
             .unwrap_err();
-        assert!(matches!(e, object_store::Error::PermissionDenied { .. }), "{e}");
+        assert!(
+            matches!(e, object_store::Error::PermissionDenied { .. }),
+            "{e}"
+        );
         assert!(c.delete(&Path::from("store/a.parquet")).await.is_err());
         assert!(c.get(&Path::from("store/a.parquet")).await.is_ok());
         let listed: Vec<_> = c.list(None).collect().await;
-        assert!(listed.iter().all(|r| r.is_err()), "listing from the top is outside");
+        assert!(
+            listed.iter().all(|r| r.is_err()),
+            "listing from the top is outside"
+        );
         let listed: Vec<_> = c.list(Some(&Path::from("store"))).collect().await;
         assert_eq!(listed.len(), 1);
     }

@@ -176,7 +176,11 @@ pub struct TaskInfo {
     pub locality: Option<String>,
     #[serde(rename = "Speculative", default)]
     pub speculative: bool,
-    #[serde(rename = "Getting Result Time", default, deserialize_with = "epoch::req")]
+    #[serde(
+        rename = "Getting Result Time",
+        default,
+        deserialize_with = "epoch::req"
+    )]
     pub getting_result: i64,
     #[serde(rename = "Finish Time", deserialize_with = "epoch::positive")]
     pub finish: i64,
