@@ -45,6 +45,9 @@ fn run_limited(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
     (code, reader.join().unwrap())
 }
 
+/// Arguments, environment, and the flag the message must name.
+type Case<'a> = (Vec<&'a str>, &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn bad_flags_are_refused_with_exit_code_2() {
     let tmp = tempfile::tempdir().unwrap();
@@ -61,7 +64,7 @@ fn bad_flags_are_refused_with_exit_code_2() {
 
     // (arguments, environment, a word the message must contain)
     #[rustfmt::skip]
-    let cases: Vec<(Vec<&str>, &[(&str, &str)], &str)> = vec![
+    let cases: Vec<Case> = vec![
         (vec!["generate", "--out", out, "--hosts", "0"], &[], "--hosts"),
         (vec!["generate", "--out", out, "--hosts", "100000000"], &[], "--hosts"),
         (vec!["generate", "--out", out, "--tasks", "10", "--slots", "0"], &[], "--slots"),

@@ -368,7 +368,7 @@ fn an_overflowing_spark_time_is_a_rejected_line() {
         .unwrap();
     let l = &lines[at];
     let start = l.find("\"Launch Time\":").unwrap() + "\"Launch Time\":".len();
-    let end = start + l[start..].find(|c: char| c == ',' || c == '}').unwrap();
+    let end = start + l[start..].find([',', '}']).unwrap();
     lines[at] = format!("{}{}{}", &l[..start], i64::MAX, &l[end..]);
     let dir = tmp.path().join("logs");
     std::fs::create_dir_all(&dir).unwrap();

@@ -248,10 +248,10 @@ fn need(stmt: &Statement) -> Need {
         | Statement::Update(_)
         | Statement::Delete(_)
         | Statement::Truncate(_) => write(),
-        Statement::Drop { object_type, .. } => match object_type {
-            ObjectType::Table | ObjectType::View | ObjectType::Schema => write(),
-            _ => unsupported(stmt),
-        },
+        Statement::Drop {
+            object_type: ObjectType::Table | ObjectType::View | ObjectType::Schema,
+            ..
+        } => write(),
         Statement::Directory { .. } => location("INSERT OVERWRITE DIRECTORY"),
         Statement::LoadData { .. } => location("LOAD DATA"),
         Statement::Unload { .. } => location("UNLOAD"),
