@@ -175,3 +175,14 @@ pub fn code(e: &tokio_postgres::Error) -> String {
         .map(|d| d.code().code().to_string())
         .unwrap_or_else(|| format!("not a server error: {e}"))
 }
+
+/// Two users: alice (role read, password alice-pw) and bob (write, bob-pw).
+pub fn users() -> culprit_server::Users {
+    use culprit_server::{Role, Users};
+    let text = format!(
+        "{}\n{}\n",
+        Users::line("alice", Role::Read, "alice-pw").unwrap(),
+        Users::line("bob", Role::Write, "bob-pw").unwrap()
+    );
+    Users::parse(&text).unwrap()
+}

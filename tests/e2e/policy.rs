@@ -8,11 +8,11 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use culprit_server::{Role, ServerOptions, Users};
+use culprit_server::{Role, ServerOptions};
 use culprit_store::Store;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use crate::common::{code, connect, demo_store, run, start_server_with};
+use crate::common::{code, connect, demo_store, run, start_server_with, users};
 
 async fn login(addr: SocketAddr, user: &str, password: &str) -> Client {
     crate::common::login(addr, user, password)
@@ -193,15 +193,6 @@ async fn check_role(c: &Client, who: &str, role: Role, files: &Path) {
             assert_eq!(r, Err("42501".into()), "{ctx}: {set}");
         }
     }
-}
-
-fn users() -> Users {
-    let text = format!(
-        "{}\n{}\n",
-        Users::line("alice", Role::Read, "alice-pw").unwrap(),
-        Users::line("bob", Role::Write, "bob-pw").unwrap()
-    );
-    Users::parse(&text).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

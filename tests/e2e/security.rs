@@ -13,7 +13,7 @@ use culprit_store::Store;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
-use crate::common::{code, connect, demo_store, login, start_server_with};
+use crate::common::{code, connect, demo_store, login, start_server_with, users};
 
 /// A query that would run for about ten minutes (2e11 rows filtered, in
 /// batches, so it can be stopped between them).
@@ -30,15 +30,6 @@ async fn serve_demo(
     let (tmp, store) = demo_store();
     let (addr, handle) = start_server_with(Store::open(&store).unwrap(), opts).await;
     (tmp, addr, handle)
-}
-
-fn users() -> Users {
-    let text = format!(
-        "{}\n{}\n",
-        Users::line("alice", Role::Read, "alice-pw").unwrap(),
-        Users::line("bob", Role::Write, "bob-pw").unwrap()
-    );
-    Users::parse(&text).unwrap()
 }
 
 #[tokio::test]
