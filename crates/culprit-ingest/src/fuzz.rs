@@ -20,13 +20,12 @@ pub fn event_log(name: &str, bytes: &[u8]) -> bool {
     match spark::decode(name, &bytes, FUZZ_CAP) {
         Ok(part) => {
             assert!(part.text.len() <= FUZZ_CAP, "decoded past the cap");
-            for state in [false, true] {
-                let parsed = spark::parse(
+            for in_progress in [false, true] {
+                spark::parse(
                     std::slice::from_ref(&part),
-                    spark::LogState { in_progress: state },
+                    spark::LogState { in_progress },
                     "fuzz",
                 );
-                let _ = parsed;
             }
             true
         }
@@ -270,7 +269,15 @@ mod tests {
         let bad = text.replacen(r#""Host":"h1","#, "", 1);
         let part = spark::decode("app-1", &Bytes::from(bad), FUZZ_CAP).unwrap();
         let parsed = spark::parse(&[part], spark::LogState::default(), "fuzz");
-        let _ = parsed;
+        // Both tasks come through, the one without a host with a NULL host
+        // for the validator to reject with its line.
+        let (_, tasks) = parsed
+            .tables
+            .iter()
+            .find(|(t, _)| *t == culprit_core::Table::Tasks)
+            .expect("a tasks table");
+        assert_eq!(tasks.len(), 2);
+        assert_eq!(tasks.columns["host"].null_count(), 1);
     }
 
     #[test]

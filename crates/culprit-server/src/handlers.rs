@@ -1,8 +1,8 @@
 //! The pgwire handlers of one connection: authentication (SCRAM against the
 //! users file, or none on loopback), TLS and connection limits at startup,
-//! DataFusion's query handling from `datafusion-postgres` with culprit's
-//! read-only rule, statement timeout and cancel over the whole execution,
-//! and errors mapped to SQLSTATEs.
+//! DataFusion's query handling from `datafusion-postgres` behind culprit's
+//! statement gate (`policy.rs`), statement timeout and cancel over the whole
+//! execution, and errors mapped to SQLSTATEs.
 
 use std::fmt::Debug;
 use std::future::Future;
