@@ -20,7 +20,7 @@ enum Col {
 }
 
 /// A value for one cell.
-pub enum V<'a> {
+pub enum Value<'a> {
     S(&'a str),
     T(i64),
     F(f64),
@@ -42,20 +42,20 @@ impl TableBuilder {
     }
 
     /// Appends a row given as `(column, value)` pairs; columns not named are NULL.
-    pub fn row(&mut self, values: &[(&str, V)]) {
+    pub fn row(&mut self, values: &[(&str, Value)]) {
         for (i, spec) in self.table.columns().iter().enumerate() {
             let v = values
                 .iter()
                 .find(|(n, _)| *n == spec.name)
                 .map(|(_, v)| v)
-                .unwrap_or(&V::Null);
+                .unwrap_or(&Value::Null);
             match (&mut self.cols[i], v) {
-                (Col::Str(b), V::S(s)) => b.append_value(s),
-                (Col::Time(b), V::T(t)) => b.append_value(*t),
-                (Col::Float(b), V::F(f)) => b.append_value(*f),
-                (Col::Str(b), V::Null) => b.append_null(),
-                (Col::Time(b), V::Null) => b.append_null(),
-                (Col::Float(b), V::Null) => b.append_null(),
+                (Col::Str(b), Value::S(s)) => b.append_value(s),
+                (Col::Time(b), Value::T(t)) => b.append_value(*t),
+                (Col::Float(b), Value::F(f)) => b.append_value(*f),
+                (Col::Str(b), Value::Null) => b.append_null(),
+                (Col::Time(b), Value::Null) => b.append_null(),
+                (Col::Float(b), Value::Null) => b.append_null(),
                 _ => panic!("wrong value kind for column {}", spec.name),
             }
         }

@@ -15,7 +15,7 @@ use culprit_core::Table;
 
 use crate::rng::Rng;
 use crate::Workload;
-use culprit_core::batches::{TableBuilder, V};
+use culprit_core::batches::{TableBuilder, Value};
 
 #[derive(Debug, Clone)]
 pub struct FastConfig {
@@ -131,46 +131,46 @@ pub fn fast(cfg: &FastConfig) -> Workload {
                 let host_s = format!("host-{host:04}");
                 let stage_s = stage.to_string();
                 tb.row(&[
-                    ("task_id", V::S(&id)),
-                    ("query_id", V::S(&qid)),
-                    ("stage_id", V::S(&stage_s)),
-                    ("host", V::S(&host_s)),
-                    ("ready_time", V::T(cfg.start_us + ready)),
-                    ("launch_time", V::T(cfg.start_us + launch)),
-                    ("finish_time", V::T(cfg.start_us + finish)),
-                    ("status", V::S("success")),
-                    ("cpu_seconds", V::F(tot_a[0])),
-                    ("input_bytes", V::F(tot_a[1])),
-                    ("shuffle_read_bytes", V::F(tot_a[2])),
-                    ("shuffle_write_bytes", V::F(tot_a[3])),
-                    ("cpu_blocked", V::F(tot_b[0])),
-                    ("disk_read_blocked", V::F(tot_b[1])),
-                    ("network_blocked", V::F(tot_b[2])),
-                    ("disk_write_blocked", V::F(tot_b[3])),
+                    ("task_id", Value::S(&id)),
+                    ("query_id", Value::S(&qid)),
+                    ("stage_id", Value::S(&stage_s)),
+                    ("host", Value::S(&host_s)),
+                    ("ready_time", Value::T(cfg.start_us + ready)),
+                    ("launch_time", Value::T(cfg.start_us + launch)),
+                    ("finish_time", Value::T(cfg.start_us + finish)),
+                    ("status", Value::S("success")),
+                    ("cpu_seconds", Value::F(tot_a[0])),
+                    ("input_bytes", Value::F(tot_a[1])),
+                    ("shuffle_read_bytes", Value::F(tot_a[2])),
+                    ("shuffle_write_bytes", Value::F(tot_a[3])),
+                    ("cpu_blocked", Value::F(tot_b[0])),
+                    ("disk_read_blocked", Value::F(tot_b[1])),
+                    ("network_blocked", Value::F(tot_b[2])),
+                    ("disk_write_blocked", Value::F(tot_b[3])),
                 ]);
             }
             made += n;
             let sid = stage.to_string();
             let parents = if stage == 1 { "0" } else { "" };
             sb.row(&[
-                ("query_id", V::S(&qid)),
-                ("stage_id", V::S(&sid)),
-                ("parent_ids", V::S(parents)),
-                ("submit_time", V::T(cfg.start_us + ready)),
-                ("start_time", V::T(cfg.start_us + s_start.min(s_end))),
-                ("end_time", V::T(cfg.start_us + s_end)),
+                ("query_id", Value::S(&qid)),
+                ("stage_id", Value::S(&sid)),
+                ("parent_ids", Value::S(parents)),
+                ("submit_time", Value::T(cfg.start_us + ready)),
+                ("start_time", Value::T(cfg.start_us + s_start.min(s_end))),
+                ("end_time", Value::T(cfg.start_us + s_end)),
             ]);
             ready = s_end;
             q_end = q_end.max(s_end);
         }
         span_end = span_end.max(q_end);
         qb.row(&[
-            ("query_id", V::S(&qid)),
-            ("user", V::S(users[q % users.len()])),
-            ("pool", V::S(if q % 3 == 0 { "etl" } else { "adhoc" })),
-            ("submit_time", V::T(cfg.start_us + submit)),
-            ("end_time", V::T(cfg.start_us + q_end)),
-            ("status", V::S("succeeded")),
+            ("query_id", Value::S(&qid)),
+            ("user", Value::S(users[q % users.len()])),
+            ("pool", Value::S(if q % 3 == 0 { "etl" } else { "adhoc" })),
+            ("submit_time", Value::T(cfg.start_us + submit)),
+            ("end_time", Value::T(cfg.start_us + q_end)),
+            ("status", Value::S("succeeded")),
         ]);
     }
 
@@ -182,11 +182,11 @@ pub fn fast(cfg: &FastConfig) -> Workload {
         for w in 0..n_win {
             for r in 0..4 {
                 hb.row(&[
-                    ("host", V::S(&host)),
-                    ("window_start", V::T(us(w as f64 * step))),
-                    ("window_end", V::T(us((w + 1) as f64 * step))),
-                    ("resource", V::S(RES[r])),
-                    ("capacity", V::F(CAPS[r])),
+                    ("host", Value::S(&host)),
+                    ("window_start", Value::T(us(w as f64 * step))),
+                    ("window_end", Value::T(us((w + 1) as f64 * step))),
+                    ("resource", Value::S(RES[r])),
+                    ("capacity", Value::F(CAPS[r])),
                 ]);
             }
         }

@@ -6,7 +6,7 @@ use culprit_core::Table;
 
 use crate::rng::Rng;
 use crate::Workload;
-use culprit_core::batches::{TableBuilder, V};
+use culprit_core::batches::{TableBuilder, Value};
 
 /// The cluster and workload to simulate.
 #[derive(Debug, Clone)]
@@ -363,16 +363,16 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
         let end = all.iter().filter_map(|x| x.finish).fold(0.0, f64::max);
         let tags = format!(r#"{{"team":"{}","generator":"culprit-sim"}}"#, q.pool);
         qb.row(&[
-            ("query_id", V::S(&q.id)),
-            ("app_id", V::S("sim-app")),
-            ("user", V::S(q.user)),
-            ("pool", V::S(q.pool)),
-            ("sql_text", V::S(&q.sql)),
-            ("submit_time", V::T(to_us(q.submit))),
-            ("start_time", V::T(to_us(start))),
-            ("end_time", V::T(to_us(end))),
-            ("status", V::S("succeeded")),
-            ("tags", V::S(&tags)),
+            ("query_id", Value::S(&q.id)),
+            ("app_id", Value::S("sim-app")),
+            ("user", Value::S(q.user)),
+            ("pool", Value::S(q.pool)),
+            ("sql_text", Value::S(&q.sql)),
+            ("submit_time", Value::T(to_us(q.submit))),
+            ("start_time", Value::T(to_us(start))),
+            ("end_time", Value::T(to_us(end))),
+            ("status", Value::S("succeeded")),
+            ("tags", Value::S(&tags)),
         ]);
         for (si, (parents, _, _)) in q.stages.iter().enumerate() {
             let st: Vec<&Task> = all.iter().copied().filter(|x| x.stage == si).collect();
@@ -384,23 +384,23 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
             let sid = si.to_string();
             let name = format!("stage {si} of {}", q.id);
             sb.row(&[
-                ("query_id", V::S(&q.id)),
-                ("stage_id", V::S(&sid)),
-                ("parent_ids", V::S(&parents)),
-                ("name", V::S(&name)),
+                ("query_id", Value::S(&q.id)),
+                ("stage_id", Value::S(&sid)),
+                ("parent_ids", Value::S(&parents)),
+                ("name", Value::S(&name)),
                 (
                     "submit_time",
-                    V::T(to_us(stage_ready[qi][si].unwrap_or(q.submit))),
+                    Value::T(to_us(stage_ready[qi][si].unwrap_or(q.submit))),
                 ),
                 (
                     "start_time",
-                    V::T(to_us(
+                    Value::T(to_us(
                         st.iter().map(|x| x.launch).fold(f64::INFINITY, f64::min),
                     )),
                 ),
                 (
                     "end_time",
-                    V::T(to_us(
+                    Value::T(to_us(
                         st.iter().filter_map(|x| x.finish).fold(0.0, f64::max),
                     )),
                 ),
@@ -415,27 +415,27 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
         let exec = format!("exec-{}", x.host.expect("ran"));
         let sid = x.stage.to_string();
         tb.row(&[
-            ("task_id", V::S(&id)),
-            ("query_id", V::S(&q.id)),
-            ("stage_id", V::S(&sid)),
-            ("host", V::S(&host)),
-            ("executor_id", V::S(&exec)),
-            ("ready_time", V::T(to_us(x.ready))),
-            ("launch_time", V::T(to_us(x.launch))),
-            ("finish_time", V::T(to_us(x.finish.expect("finished")))),
-            ("status", V::S("success")),
-            ("input_bytes", V::F(x.totals_acquired[1])),
-            ("output_bytes", V::F(0.0)),
-            ("shuffle_read_bytes", V::F(x.totals_acquired[2])),
-            ("shuffle_write_bytes", V::F(x.totals_acquired[3])),
-            ("cpu_seconds", V::F(x.totals_acquired[0])),
-            ("gc_seconds", V::F(x.gc)),
-            ("disk_read_blocked", V::F(x.totals_blocked[1])),
-            ("disk_write_blocked", V::F(x.totals_blocked[3])),
-            ("network_blocked", V::F(x.totals_blocked[2])),
-            ("cpu_blocked", V::F(x.totals_blocked[0])),
-            ("memory_blocked", V::F(0.0)),
-            ("scheduler_delay", V::F(0.0)),
+            ("task_id", Value::S(&id)),
+            ("query_id", Value::S(&q.id)),
+            ("stage_id", Value::S(&sid)),
+            ("host", Value::S(&host)),
+            ("executor_id", Value::S(&exec)),
+            ("ready_time", Value::T(to_us(x.ready))),
+            ("launch_time", Value::T(to_us(x.launch))),
+            ("finish_time", Value::T(to_us(x.finish.expect("finished")))),
+            ("status", Value::S("success")),
+            ("input_bytes", Value::F(x.totals_acquired[1])),
+            ("output_bytes", Value::F(0.0)),
+            ("shuffle_read_bytes", Value::F(x.totals_acquired[2])),
+            ("shuffle_write_bytes", Value::F(x.totals_acquired[3])),
+            ("cpu_seconds", Value::F(x.totals_acquired[0])),
+            ("gc_seconds", Value::F(x.gc)),
+            ("disk_read_blocked", Value::F(x.totals_blocked[1])),
+            ("disk_write_blocked", Value::F(x.totals_blocked[3])),
+            ("network_blocked", Value::F(x.totals_blocked[2])),
+            ("cpu_blocked", Value::F(x.totals_blocked[0])),
+            ("memory_blocked", Value::F(0.0)),
+            ("scheduler_delay", Value::F(0.0)),
         ]);
     }
     let mut hb = TableBuilder::new(Table::HostWindows, 1024);
@@ -446,12 +446,12 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
             let e = to_us((w + 1) as f64 * cfg.window);
             for r in 0..4 {
                 hb.row(&[
-                    ("host", V::S(&host)),
-                    ("window_start", V::T(s)),
-                    ("window_end", V::T(e)),
-                    ("resource", V::S(RES[r])),
-                    ("capacity", V::F(caps[r])),
-                    ("used", V::F(used[r])),
+                    ("host", Value::S(&host)),
+                    ("window_start", Value::T(s)),
+                    ("window_end", Value::T(e)),
+                    ("resource", Value::S(RES[r])),
+                    ("capacity", Value::F(caps[r])),
+                    ("used", Value::F(used[r])),
                 ]);
             }
         }
@@ -489,13 +489,13 @@ fn flush(
             continue;
         }
         tw.row(&[
-            ("task_id", V::S(&id)),
-            ("window_start", V::T(to_us(ws))),
-            ("window_end", V::T(to_us(we))),
-            ("resource", V::S(RES[r])),
-            ("blocked", V::F(blocked[r])),
-            ("acquired", V::F(acquired[r])),
-            ("gc", if r == 0 { V::F(gc) } else { V::Null }),
+            ("task_id", Value::S(&id)),
+            ("window_start", Value::T(to_us(ws))),
+            ("window_end", Value::T(to_us(we))),
+            ("resource", Value::S(RES[r])),
+            ("blocked", Value::F(blocked[r])),
+            ("acquired", Value::F(acquired[r])),
+            ("gc", if r == 0 { Value::F(gc) } else { Value::Null }),
         ]);
     }
 }

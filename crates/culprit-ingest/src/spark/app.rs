@@ -8,7 +8,7 @@ use serde::de::IgnoredAny;
 use serde_json::{json, Map, Value};
 
 use super::events::*;
-use super::rows::{Rows, V};
+use super::rows::{LogValue, Rows};
 use crate::formats::Origin;
 use culprit_core::Table;
 
@@ -97,26 +97,47 @@ struct Task {
     launch: i64,
     finish: i64,
     status: &'static str,
-    values: [Option<f64>; 12],
+    metrics: TaskMetrics,
     attrs: Value,
     line: u64,
 }
 
-// Indices into Task::values, in the order of TASK_FLOATS.
-const TASK_FLOATS: [&str; 12] = [
-    "input_bytes",
-    "output_bytes",
-    "shuffle_read_bytes",
-    "shuffle_write_bytes",
-    "cpu_seconds",
-    "gc_seconds",
-    "disk_read_blocked",
-    "disk_write_blocked",
-    "network_blocked",
-    "cpu_blocked",
-    "memory_blocked",
-    "scheduler_delay",
-];
+/// A task's measurements, as the `tasks` table's float columns.
+#[derive(Debug, Clone, Copy, Default)]
+struct TaskMetrics {
+    input_bytes: Option<f64>,
+    output_bytes: Option<f64>,
+    shuffle_read_bytes: Option<f64>,
+    shuffle_write_bytes: Option<f64>,
+    cpu_seconds: Option<f64>,
+    gc_seconds: Option<f64>,
+    disk_read_blocked: Option<f64>,
+    disk_write_blocked: Option<f64>,
+    network_blocked: Option<f64>,
+    cpu_blocked: Option<f64>,
+    memory_blocked: Option<f64>,
+    scheduler_delay: Option<f64>,
+}
+
+impl TaskMetrics {
+    /// Each value with the `tasks` column it goes to.
+    fn columns(&self) -> [(&'static str, Option<f64>); 12] {
+        [
+            ("input_bytes", self.input_bytes),
+            ("output_bytes", self.output_bytes),
+            ("shuffle_read_bytes", self.shuffle_read_bytes),
+            ("shuffle_write_bytes", self.shuffle_write_bytes),
+            ("cpu_seconds", self.cpu_seconds),
+            ("gc_seconds", self.gc_seconds),
+            ("disk_read_blocked", self.disk_read_blocked),
+            ("disk_write_blocked", self.disk_write_blocked),
+            ("network_blocked", self.network_blocked),
+            ("cpu_blocked", self.cpu_blocked),
+            ("memory_blocked", self.memory_blocked),
+            ("scheduler_delay", self.scheduler_delay),
+        ]
+    }
+}
 
 /// Folds the events of one application.
 #[derive(Default)]
@@ -598,20 +619,21 @@ impl App {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
         };
-        let values = [
-            input.bytes,
-            output.bytes,
-            shuffle_read,
-            sw.bytes,
-            cpu,
-            secs(m.gc_ms),
-            None,
+        // Spark measures no disk read or memory blocked time.
+        let metrics = TaskMetrics {
+            input_bytes: input.bytes,
+            output_bytes: output.bytes,
+            shuffle_read_bytes: shuffle_read,
+            shuffle_write_bytes: sw.bytes,
+            cpu_seconds: cpu,
+            gc_seconds: secs(m.gc_ms),
+            disk_read_blocked: None,
             disk_write_blocked,
             network_blocked,
             cpu_blocked,
-            None,
+            memory_blocked: None,
             scheduler_delay,
-        ];
+        };
         let mut attrs = Map::new();
         let mut put = |k: &str, v: Value| {
             if !v.is_null() {
@@ -672,7 +694,7 @@ impl App {
             launch: info.launch,
             finish: info.finish,
             status,
-            values,
+            metrics,
             attrs: Value::Object(attrs),
             line: line_no,
         });
@@ -738,8 +760,8 @@ impl App {
         let key = self.app_key(fallback_id);
         let final_log = !state.in_progress;
         let qid = |q: &str| format!("{key}:{q}");
-        let t = |v: Option<i64>| v.map_or(V::Null, |ms| V::T(ms * 1000));
-        let s = |v: Option<&str>| v.map_or(V::Null, |x| V::S(x.to_string()));
+        let t = |v: Option<i64>| v.map_or(LogValue::Null, |ms| LogValue::T(ms * 1000));
+        let s = |v: Option<&str>| v.map_or(LogValue::Null, |x| LogValue::S(x.to_string()));
 
         // Stage ends also bound queries whose jobs carry no times (Spark 1.2).
         let mut stage_span: HashMap<&str, (Option<i64>, Option<i64>)> = HashMap::new();
@@ -808,8 +830,8 @@ impl App {
             queries.push(
                 Origin::Line(q.line),
                 vec![
-                    ("query_id", V::S(qid(k))),
-                    ("app_id", V::S(key.clone())),
+                    ("query_id", LogValue::S(qid(k))),
+                    ("app_id", LogValue::S(key.clone())),
                     ("user", s(q.user.as_deref().or(self.user.as_deref()))),
                     ("pool", s(q.pool.as_deref())),
                     ("sql_text", s(sql_text)),
@@ -825,8 +847,8 @@ impl App {
                         "end_time",
                         t(if finished { q.end.or(span.1) } else { None }),
                     ),
-                    ("status", V::S(status.into())),
-                    ("tags", V::S(Value::Object(tags).to_string())),
+                    ("status", LogValue::S(status.into())),
+                    ("tags", LogValue::S(Value::Object(tags).to_string())),
                 ],
             );
         }
@@ -869,14 +891,14 @@ impl App {
             stages.push(
                 Origin::Line(st.line),
                 vec![
-                    ("query_id", V::S(qid(&st.query))),
-                    ("stage_id", V::S(stage_name(st.id, st.attempt))),
+                    ("query_id", LogValue::S(qid(&st.query))),
+                    ("stage_id", LogValue::S(stage_name(st.id, st.attempt))),
                     ("parent_ids", s(parents.as_deref())),
                     ("name", s(st.name.as_deref())),
                     ("submit_time", t(st.submit)),
-                    ("start_time", V::Null),
+                    ("start_time", LogValue::Null),
                     ("end_time", t(st.completed.filter(|_| st.done))),
-                    ("attrs", V::S(Value::Object(attrs).to_string())),
+                    ("attrs", LogValue::S(Value::Object(attrs).to_string())),
                 ],
             );
         }
@@ -884,19 +906,19 @@ impl App {
         let mut tasks = Rows::new(Table::Tasks);
         for task in &self.tasks {
             let mut row = vec![
-                ("task_id", V::S(format!("{key}:task:{}", task.id))),
-                ("query_id", V::S(qid(&task.query))),
-                ("stage_id", V::S(task.stage.clone())),
+                ("task_id", LogValue::S(format!("{key}:task:{}", task.id))),
+                ("query_id", LogValue::S(qid(&task.query))),
+                ("stage_id", LogValue::S(task.stage.clone())),
                 ("host", s(task.host.as_deref())),
                 ("executor_id", s(task.executor.as_deref())),
                 ("ready_time", t(task.ready)),
                 ("launch_time", t(ms(Some(task.launch)))),
                 ("finish_time", t(ms(Some(task.finish)))),
-                ("status", V::S(task.status.into())),
-                ("attrs", V::S(task.attrs.to_string())),
+                ("status", LogValue::S(task.status.into())),
+                ("attrs", LogValue::S(task.attrs.to_string())),
             ];
-            for (name, v) in TASK_FLOATS.iter().zip(task.values) {
-                row.push((name, v.map_or(V::Null, V::F)));
+            for (name, v) in task.metrics.columns() {
+                row.push((name, v.map_or(LogValue::Null, LogValue::F)));
             }
             tasks.push(Origin::Line(task.line), row);
         }
@@ -936,14 +958,14 @@ impl App {
             executors.push(
                 Origin::Line(x.line),
                 vec![
-                    ("app_id", V::S(key.clone())),
-                    ("executor_id", V::S(id.clone())),
+                    ("app_id", LogValue::S(key.clone())),
+                    ("executor_id", LogValue::S(id.clone())),
                     ("host", s(x.host.as_deref())),
-                    ("cores", cores.map_or(V::Null, V::F)),
+                    ("cores", cores.map_or(LogValue::Null, LogValue::F)),
                     ("add_time", t(x.added.or(self.start))),
                     ("remove_time", t(x.removed)),
                     ("remove_reason", s(x.reason.as_deref())),
-                    ("attrs", V::S(Value::Object(attrs).to_string())),
+                    ("attrs", LogValue::S(Value::Object(attrs).to_string())),
                 ],
             );
             // Slot capacity, once the application's executors are final.
@@ -958,11 +980,11 @@ impl App {
                     slots.push(
                         Origin::Line(x.line),
                         vec![
-                            ("host", V::S(host.to_string())),
+                            ("host", LogValue::S(host.to_string())),
                             ("window_start", t(Some(from))),
                             ("window_end", t(Some(to))),
-                            ("resource", V::S("slots".into())),
-                            ("capacity", V::F(n)),
+                            ("resource", LogValue::S("slots".into())),
+                            ("capacity", LogValue::F(n)),
                         ],
                     );
                 }

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use culprit_core::batches::{TableBuilder, V as Cell};
+use culprit_core::batches::{TableBuilder, Value as Cell};
 use culprit_core::Table;
 
 use crate::formats::{Origin, RawRows};
 
 /// A value of a row (owned: the translation builds its strings).
 #[derive(Debug, Clone)]
-pub enum V {
+pub enum LogValue {
     Null,
     S(String),
     F(f64),
@@ -18,13 +18,13 @@ pub enum V {
     T(i64),
 }
 
-impl V {
+impl LogValue {
     fn cell(&self) -> Cell<'_> {
         match self {
-            V::Null => Cell::Null,
-            V::S(s) => Cell::S(s),
-            V::F(f) => Cell::F(*f),
-            V::T(t) => Cell::T(*t),
+            LogValue::Null => Cell::Null,
+            LogValue::S(s) => Cell::S(s),
+            LogValue::F(f) => Cell::F(*f),
+            LogValue::T(t) => Cell::T(*t),
         }
     }
 }
@@ -44,7 +44,7 @@ impl Rows {
     }
 
     /// Adds a row; columns it does not name are NULL.
-    pub fn push(&mut self, origin: Origin, row: Vec<(&'static str, V)>) {
+    pub fn push(&mut self, origin: Origin, row: Vec<(&'static str, LogValue)>) {
         let cells: Vec<(&str, Cell)> = row.iter().map(|(n, v)| (*n, v.cell())).collect();
         self.builder.row(&cells);
         self.origins.push(origin);
