@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use culprit_core::layout::host_bucket;
+use culprit_store::layout::host_bucket;
 use culprit_core::Table;
 use culprit_sim::{simulate, SimConfig};
 use culprit_sql::datafusion::arrow::array::{Array, AsArray, RecordBatch, StringArray};

@@ -6,7 +6,6 @@
 //! property-tested on its own. The SQL layer (`culprit-sql`) wraps it.
 
 pub mod batches;
-pub mod layout;
 pub mod method;
 pub mod ratp;
 pub mod schema;
@@ -14,11 +13,15 @@ pub mod time;
 
 pub use schema::{ColumnKind, ColumnSpec, Resource, Table};
 
-/// Errors of the method: bad arguments, never a panic.
+/// Errors of the method. Bad arguments are the caller's to fix; an
+/// internal failure (a sweep thread that panicked) is a bug, reported as
+/// one, never as a bad argument.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MethodError {
     #[error("unknown query '{0}'")]
     UnknownQuery(String),
     #[error("{0}")]
     InvalidArgument(String),
+    #[error("internal error: {0}")]
+    Internal(String),
 }

@@ -1,8 +1,14 @@
 //! The one mapping from culprit / DataFusion errors to SQLSTATE codes.
-//! `XX000` is kept for what can only be a bug.
+//! culprit's own errors are typed (`culprit_sql::Error`, the store's
+//! `StoreError`) and mapped by what they are, never by their words;
+//! DataFusion's own errors by their variant (and, where DataFusion only
+//! has text, its words). `XX000` is kept for what can only be a bug, and
+//! each is logged.
 
 use datafusion::common::{DataFusionError, SchemaError};
 use datafusion::sql::sqlparser::parser::ParserError;
+use culprit_sql::error::{Error as CulpritError, MethodError};
+use culprit_store::StoreError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 pub const SYNTAX_ERROR: &str = "42601";
@@ -44,7 +50,7 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
             _ => INTERNAL_ERROR,
         },
         DataFusionError::Execution(m) => {
-            if m.contains("Invalid argument") || m.starts_with("culprit:") {
+            if m.contains("Invalid argument") {
                 INVALID_PARAMETER_VALUE
             } else if m.contains("Divide by zero") {
                 DIVISION_BY_ZERO
@@ -53,14 +59,42 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
             }
         }
         DataFusionError::IoError(_) | DataFusionError::ObjectStore(_) => IO_ERROR,
-        DataFusionError::External(e) => match e.downcast_ref::<culprit_store::StoreError>() {
-            // A data file the store did not write (or an older layout).
-            Some(culprit_store::StoreError::ForeignSchema { .. }) => DATA_CORRUPTED,
-            _ => IO_ERROR,
-        },
+        DataFusionError::External(e) => external_code(e.as_ref()),
         _ => INTERNAL_ERROR,
     };
+    if code == INTERNAL_ERROR {
+        log::error!("internal error (a bug): {e}");
+    }
     (code, msg)
+}
+
+/// culprit's typed errors inside DataFusion's.
+fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'static str {
+    if let Some(e) = e.downcast_ref::<CulpritError>() {
+        return match e {
+            CulpritError::Method {
+                source: MethodError::Internal(_),
+                ..
+            }
+            | CulpritError::Internal(_) => INTERNAL_ERROR,
+            CulpritError::Method { .. } | CulpritError::Argument { .. } => {
+                INVALID_PARAMETER_VALUE
+            }
+            CulpritError::Store(s) => store_code(s),
+        };
+    }
+    match e.downcast_ref::<StoreError>() {
+        Some(s) => store_code(s),
+        None => IO_ERROR,
+    }
+}
+
+fn store_code(e: &StoreError) -> &'static str {
+    match e {
+        // A data file the store did not write (or an older layout).
+        StoreError::ForeignSchema { .. } => DATA_CORRUPTED,
+        _ => IO_ERROR,
+    }
 }
 
 fn plan_code(m: &str) -> &'static str {
@@ -72,7 +106,8 @@ fn plan_code(m: &str) -> &'static str {
         || lower.contains("function") && lower.contains("not found")
     {
         UNDEFINED_FUNCTION
-    } else if lower.contains("culprit:") || lower.contains("argument") {
+    } else if lower.contains("argument") {
+        // DataFusion's own argument checks of its functions (text only).
         INVALID_PARAMETER_VALUE
     } else if lower.contains("schema") && lower.contains("not found") {
         "3F000"
@@ -112,11 +147,31 @@ mod tests {
         assert_eq!(classify(&e).0, UNDEFINED_FUNCTION);
         let e = DataFusionError::ResourcesExhausted("pool".into());
         assert_eq!(classify(&e).0, OUT_OF_MEMORY);
+        // By type: a bad argument of a culprit function, however worded,
+        // and a failure inside the method, even with a familiar message.
         let e = DataFusionError::Context(
             "ctx".into(),
-            Box::new(DataFusionError::Plan("culprit: unknown victim 'q9'".into())),
+            Box::new(DataFusionError::External(Box::new(CulpritError::Method {
+                function: Some("culprits"),
+                source: MethodError::UnknownQuery("q9".into()),
+            }))),
         );
         assert_eq!(classify(&e).0, INVALID_PARAMETER_VALUE);
+        let e = DataFusionError::External(Box::new(CulpritError::argument(
+            "blame",
+            "unknown option 'x'",
+        )));
+        assert_eq!(classify(&e).0, INVALID_PARAMETER_VALUE);
+        let e = DataFusionError::External(Box::new(CulpritError::Method {
+            function: Some("blame"),
+            source: MethodError::Internal("a sweep thread panicked: bad argument".into()),
+        }));
+        assert_eq!(classify(&e).0, INTERNAL_ERROR);
+        let e = DataFusionError::External(Box::new(CulpritError::Internal("join".into())));
+        assert_eq!(classify(&e).0, INTERNAL_ERROR);
+        // Text that looks like culprit's is no longer a bad argument.
+        let e = DataFusionError::Execution("culprit: blame: a worker failed".into());
+        assert_eq!(classify(&e).0, INTERNAL_ERROR);
         let e = DataFusionError::External(Box::new(culprit_store::StoreError::ForeignSchema {
             path: "tables/tasks/x.parquet".into(),
             table: "tasks".into(),

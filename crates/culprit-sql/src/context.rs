@@ -7,7 +7,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::table::StoreTable;
-use crate::udf;
+use crate::functions;
 
 /// Views over the stored tables: `(name, SQL)`.
 pub const VIEWS: &[(&str, &str)] = &[(
@@ -36,7 +36,7 @@ pub async fn session(store: Store) -> Result<SessionContext> {
 
 /// A session over the store: its tables, views and functions.
 pub async fn session_with_config(store: Store, config: SessionConfig) -> Result<SessionContext> {
-    let engine = Arc::new(crate::Engine::new(store.clone()));
+    let engine = Arc::new(culprit_engine::Engine::new(store.clone()));
     session_with(store, engine, config, None).await
 }
 
@@ -45,7 +45,7 @@ pub async fn session_with_config(store: Store, config: SessionConfig) -> Result<
 /// needs more fails with "Resources exhausted" (SQLSTATE 53200 on the wire).
 pub async fn session_with(
     store: Store,
-    engine: Arc<crate::Engine>,
+    engine: Arc<culprit_engine::Engine>,
     config: SessionConfig,
     memory_limit: Option<usize>,
 ) -> Result<SessionContext> {
@@ -75,6 +75,6 @@ pub async fn session_with(
     for (name, sql) in VIEWS {
         ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await?;
     }
-    udf::register_all(&ctx, engine);
+    functions::register_all(&ctx, engine);
     Ok(ctx)
 }

@@ -10,6 +10,7 @@
 //! failed ingest leaves the store exactly as before.
 
 mod error;
+pub mod layout;
 mod manifest;
 pub mod paths;
 mod store;

@@ -12,7 +12,7 @@ pub struct DataFile {
     pub rows: u64,
     pub bytes: u64,
     pub batch: String,
-    /// `task_windows` only: the host bucket ([`culprit_core::layout`]) of
+    /// `task_windows` only: the host bucket ([`crate::layout`]) of
     /// every row's task, when the writer knew it. Older files have none and
     /// are read as unbucketed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

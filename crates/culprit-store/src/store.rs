@@ -379,7 +379,7 @@ impl PendingBatch {
             if id.is_valid(i) && host.is_valid(i) {
                 self.task_buckets
                     .entry(id.value(i).to_string())
-                    .or_insert_with(|| culprit_core::layout::host_bucket(host.value(i)));
+                    .or_insert_with(|| crate::layout::host_bucket(host.value(i)));
             }
         }
     }
@@ -388,7 +388,7 @@ impl PendingBatch {
     /// tasks this batch has not seen go last, under `None`.
     fn by_bucket(&self, batches: &[RecordBatch]) -> Result<Vec<(Option<u32>, Vec<RecordBatch>)>> {
         use arrow::array::{Array, AsArray, UInt32Array};
-        let n = culprit_core::layout::HOST_BUCKETS as usize;
+        let n = crate::layout::HOST_BUCKETS as usize;
         let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); n + 1];
         for batch in batches.iter().filter(|b| b.num_rows() > 0) {
             let ids = batch

@@ -5,7 +5,8 @@
 use petgraph::graph::{DiGraph, NodeIndex};
 use rustc_hash::FxHashMap;
 
-use super::blame::{Culprit, Level4};
+use super::level4::{Culprit, Level4};
+use super::responsibility::dor;
 use super::model::Dataset;
 use crate::Resource;
 
@@ -134,8 +135,7 @@ impl IqcGraph {
             .map(|n| (n.victim, n.bc))
             .collect();
         for n in graph.node_weights_mut() {
-            let total = bc0[&n.victim];
-            n.dor = (total > 0.0).then(|| n.bc / total);
+            n.dor = dor(n.bc, bc0[&n.victim]);
         }
         for e in graph.edge_indices() {
             let (a, z) = graph.edge_endpoints(e).expect("edge");

@@ -1,22 +1,47 @@
-//! The iQCAR method over an in-memory [`model::Dataset`].
+//! The iQCAR method over an in-memory [`model::Dataset`], one file per
+//! section of `method.md`:
+//!
+//! | section | file |
+//! |---|---|
+//! | 2 windows, 5 attribution (the sweeps) | `sweep.rs` |
+//! | 3 RATP and slowdown | `crate::ratp` |
+//! | 4 beta | `beta.rs` |
+//! | 5 options and victims | `victims.rs` |
+//! | 5 level-4 blame of a set of victims | `blame.rs`, `level4.rs`, `schedule.rs` (on every core) |
+//! | 5b transitive slot blame | `transitive.rs` |
+//! | 6 the iQC-Graph | `graph.rs` |
+//! | 6 BC0, DOR, culprit kinds | `responsibility.rs` |
+//! | 6 use-cases (000 appendix E) | `usecases.rs` |
+//! | 7 RATP at stage level | `stage_ratp.rs` |
+//! | 8 critical path | `critical_path.rs` |
+//! | overlap baselines (000 §6.1) | `overlap.rs` |
 
+pub mod beta;
 pub mod blame;
 pub mod critical_path;
 pub mod graph;
+pub mod level4;
 pub mod model;
 pub mod overlap;
+pub mod responsibility;
+mod schedule;
 pub mod stage_ratp;
 pub mod sweep;
+pub mod transitive;
+pub mod usecases;
+pub mod victims;
 
 #[cfg(test)]
 mod tests;
 
-pub use blame::{
-    blame, blame_with, parallel, slot_entries, sweep_part, BlameOptions, Culprit, Entry, Level4,
-    Part, SlotBlame, VictimStages, Victims,
-};
+pub use beta::BetaAcc;
+pub use blame::{blame, blame_streamed};
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};
+pub use level4::{Culprit, Entry, Level4};
 pub use model::{Dataset, Micros};
-pub use stage_ratp::{stage_ratp, BetaAcc, StageRatp};
+pub use responsibility::{dor, Bc0, CulpritKind};
+pub use schedule::BucketSource;
+pub use stage_ratp::{stage_ratp, StageRatp};
 pub use sweep::Attribution;
+pub use victims::{resolve_victims, window, BlameOptions, SlotBlame, VictimStages, Victims};

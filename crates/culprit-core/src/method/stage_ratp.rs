@@ -95,29 +95,3 @@ pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
     out.sort_by_key(|a| (a.stage, a.resource, a.host));
     out
 }
-
-/// `beta(c -> v)` of section 4 (001 eq. 12, time-weighted): over aligned
-/// windows, `(1 / T_v) * sum_k WT(v,k) * RA(c,k) / RA(v,k)`; windows where the
-/// victim acquired nothing add nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BetaAcc {
-    pub sum: f64,
-}
-
-impl BetaAcc {
-    pub fn add(
-        &mut self,
-        victim_blocked: f64,
-        victim_acquired: f64,
-        culprit_acquired: f64,
-        victim_run: f64,
-    ) {
-        if victim_acquired > 0.0
-            && victim_run > 0.0
-            && victim_blocked.is_finite()
-            && culprit_acquired.is_finite()
-        {
-            self.sum += victim_blocked * culprit_acquired / victim_acquired / victim_run;
-        }
-    }
-}

@@ -16,10 +16,12 @@
 
 use rustc_hash::FxHashMap;
 
+use super::beta;
 use super::model::{Dataset, HostRow, Micros, WindowRow};
 use crate::Resource;
 
-/// Culprit codes beside stage ids.
+/// Culprit codes beside stage ids (stage ids never reach them: a dataset
+/// has fewer than `u32::MAX - 2` stages).
 pub const GC: u32 = u32::MAX;
 pub const EXTERNAL: u32 = u32::MAX - 1;
 pub const UNKNOWN: u32 = u32::MAX - 2;
@@ -108,7 +110,6 @@ impl ActiveSet {
 }
 
 /// Attributes the blocked time of victim rows on one (host, resource).
-#[allow(clippy::too_many_arguments)]
 pub fn sweep_group(
     ds: &Dataset,
     resource: Resource,
@@ -118,80 +119,14 @@ pub fn sweep_group(
     window: (Micros, Micros),
     mode: Attribution,
 ) -> Cells {
-    let (from, to) = window;
+    let Group {
+        mut sweep,
+        mut events,
+        stages,
+        keys,
+        gc_by_key,
+    } = Group::collect(ds, resource, rows, victim, window, mode);
     let mut cells = Cells::default();
-    let mut sweep: Vec<Row> = Vec::new();
-    let mut events: Vec<(Micros, u32)> = Vec::new(); // (time, index << 1 | is_end)
-                                                     // Local dense ids, so that the hot loop indexes vectors instead of hashing.
-    let mut stage_ids: FxHashMap<u32, u32> = FxHashMap::default();
-    let mut stages: Vec<u32> = Vec::new(); // local -> global stage
-    let mut key_ids: FxHashMap<(u32, u32), u32> = FxHashMap::default();
-    let mut keys: Vec<(u32, u32)> = Vec::new(); // local -> (global stage, detail)
-    let mut gc_by_key: Vec<f64> = Vec::new();
-    let mut last_task = u32::MAX;
-    let mut last_ids = (0u32, 0u32, 0u32);
-    for row in rows.iter().flat_map(|r| r.iter()) {
-        let len = (row.end - row.start) as f64;
-        let Some((s, e)) = clip(row.start, row.end, from, to) else {
-            continue;
-        };
-        if len <= 0.0 {
-            continue;
-        }
-        let stage = row.stage;
-        let is_victim = victim[stage as usize];
-        if row.task != last_task || row.detail != last_ids.2 {
-            let st = *stage_ids.entry(stage).or_insert_with(|| {
-                stages.push(stage);
-                stages.len() as u32 - 1
-            });
-            let k = *key_ids.entry((stage, row.detail)).or_insert_with(|| {
-                keys.push((stage, row.detail));
-                gc_by_key.push(0.0);
-                keys.len() as u32 - 1
-            });
-            last_task = row.task;
-            last_ids = (st, k, row.detail);
-        }
-
-        let (b, a, g) = (row.blocked / len, row.acquired / len, row.gc() / len);
-        let mut rest = 0.0;
-        if is_victim {
-            let mut wt = b;
-            if resource == Resource::Cpu && g > 0.0 {
-                // A GC pause is blocked time; it goes to `gc` whole, first.
-                wt = wt.max(g);
-                gc_by_key[last_ids.1 as usize] += g * (e - s) as f64;
-                rest = wt - g;
-            } else {
-                rest = wt;
-            }
-        }
-        let victim_row = is_victim && rest > 0.0;
-        if a <= 0.0 && !victim_row {
-            continue; // neither consumer nor victim here
-        }
-        let i = sweep.len() as u32;
-        sweep.push(Row {
-            stage: last_ids.0,
-            key: last_ids.1,
-            a,
-            rest,
-            run: if mode == Attribution::Paper {
-                let t = &ds.tasks[row.task as usize];
-                ((t.finish - t.launch) as f64 / 1e6).max(1e-6)
-            } else {
-                0.0
-            },
-            victim: victim_row,
-            phi: 0.0,
-            ext: 0.0,
-            unk: 0.0,
-            total: 0.0,
-        });
-        events.push((s, i << 1));
-        events.push((e, (i << 1) | 1));
-    }
     for (k, &g) in gc_by_key.iter().enumerate() {
         if g > 0.0 {
             let (vs, d) = keys[k];
@@ -202,9 +137,146 @@ pub fn sweep_group(
         cells.retain(|_, v| *v > EPS);
         return cells;
     }
-    // Host rows: capacity and measured use, as rates per microsecond.
+    // Host rows are events too, numbered after the sweep rows.
     let base = sweep.len() as u32;
-    let mut host_rates: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+    let host_rates = host_events(host_rows, window, base, &mut events);
+    events.sort_unstable_by_key(|e| e.0);
+
+    let mut state = Settlement::new(keys.len(), stages.len(), sweep.len());
+    let mut hosts: Vec<u32> = Vec::new();
+    let mut prev = events.first().map_or(0, |e| e.0);
+    for &(t, ev) in &events {
+        if t > prev && !state.victims.items.is_empty() {
+            let rates = window_rates(&sweep, &state.active, &hosts, &host_rates, base);
+            state.integrate(&mut sweep, (t - prev) as f64, rates, mode);
+        }
+        prev = t;
+        let (x, end) = (ev >> 1, ev & 1 == 1);
+        if x >= base {
+            if end {
+                hosts.retain(|&h| h != x);
+            } else {
+                hosts.push(x);
+            }
+        } else if end {
+            state.close(&sweep, x, mode);
+        } else {
+            state.open(&sweep, x);
+        }
+    }
+    state.into_cells(&keys, &stages, mode, cells)
+}
+
+/// The rows of one group as the sweep sees them, with local dense ids for
+/// stages and (stage, detail) keys, so that the hot loop indexes vectors
+/// instead of hashing.
+struct Group {
+    sweep: Vec<Row>,
+    /// (time, row index << 1 | is_end)
+    events: Vec<(Micros, u32)>,
+    /// Local -> global stage.
+    stages: Vec<u32>,
+    /// Local -> (global stage, detail).
+    keys: Vec<(u32, u32)>,
+    /// Per local key, GC seconds.
+    gc_by_key: Vec<f64>,
+}
+
+impl Group {
+    fn collect(
+        ds: &Dataset,
+        resource: Resource,
+        rows: &[&[WindowRow]],
+        victim: &[bool],
+        (from, to): (Micros, Micros),
+        mode: Attribution,
+    ) -> Group {
+        let mut g = Group {
+            sweep: Vec::new(),
+            events: Vec::new(),
+            stages: Vec::new(),
+            keys: Vec::new(),
+            gc_by_key: Vec::new(),
+        };
+        let mut stage_ids: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut key_ids: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        let mut last_task = u32::MAX;
+        let mut last_ids = (0u32, 0u32, 0u32);
+        for row in rows.iter().flat_map(|r| r.iter()) {
+            let len = (row.end - row.start) as f64;
+            let Some((s, e)) = clip(row.start, row.end, from, to) else {
+                continue;
+            };
+            if len <= 0.0 {
+                continue;
+            }
+            let stage = row.stage;
+            let is_victim = victim[stage as usize];
+            if row.task != last_task || row.detail != last_ids.2 {
+                let st = *stage_ids.entry(stage).or_insert_with(|| {
+                    g.stages.push(stage);
+                    g.stages.len() as u32 - 1
+                });
+                let k = *key_ids.entry((stage, row.detail)).or_insert_with(|| {
+                    g.keys.push((stage, row.detail));
+                    g.gc_by_key.push(0.0);
+                    g.keys.len() as u32 - 1
+                });
+                last_task = row.task;
+                last_ids = (st, k, row.detail);
+            }
+
+            let (b, a, gc) = (row.blocked / len, row.acquired / len, row.gc() / len);
+            let mut rest = 0.0;
+            if is_victim {
+                let mut wt = b;
+                if resource == Resource::Cpu && gc > 0.0 {
+                    // A GC pause is blocked time; it goes to `gc` whole, first.
+                    wt = wt.max(gc);
+                    g.gc_by_key[last_ids.1 as usize] += gc * (e - s) as f64;
+                    rest = wt - gc;
+                } else {
+                    rest = wt;
+                }
+            }
+            let victim_row = is_victim && rest > 0.0;
+            if a <= 0.0 && !victim_row {
+                continue; // neither consumer nor victim here
+            }
+            let i = g.sweep.len() as u32;
+            g.sweep.push(Row {
+                stage: last_ids.0,
+                key: last_ids.1,
+                a,
+                rest,
+                run: if mode == Attribution::Paper {
+                    let t = &ds.tasks[row.task as usize];
+                    ((t.finish - t.launch) as f64 / 1e6).max(1e-6)
+                } else {
+                    0.0
+                },
+                victim: victim_row,
+                phi: 0.0,
+                ext: 0.0,
+                unk: 0.0,
+                total: 0.0,
+            });
+            g.events.push((s, i << 1));
+            g.events.push((e, (i << 1) | 1));
+        }
+        g
+    }
+}
+
+/// Host rows (capacity and measured use) as events numbered from `base`;
+/// returns their rates per microsecond.
+fn host_events(
+    host_rows: &[HostRow],
+    (from, to): (Micros, Micros),
+    base: u32,
+    events: &mut Vec<(Micros, u32)>,
+) -> Vec<(Option<f64>, Option<f64>)> {
+    let mut host_rates = Vec::new();
     for h in host_rows {
         let len = (h.end - h.start) as f64;
         let Some((s, e)) = clip(h.start, h.end, from, to) else {
@@ -218,64 +290,113 @@ pub fn sweep_group(
         events.push((s, i << 1));
         events.push((e, (i << 1) | 1));
     }
-    events.sort_unstable_by_key(|e| e.0);
+    host_rates
+}
 
-    // Per local victim key: (local consumer stage, share) pairs, seconds or
-    // beta in paper mode; and per key external, unknown and paper totals.
-    let mut pairs: Vec<Vec<(u32, f64)>> = vec![Vec::new(); keys.len()];
-    let mut side: Vec<[f64; 3]> = vec![[0.0; 3]; keys.len()]; // ext, unk, paper total
-    let mut active = ActiveSet::new(sweep.len());
-    let mut victims = ActiveSet::new(sweep.len());
-    let mut hosts: Vec<u32> = Vec::new();
-    // Keys with a victim row active and stages with a consumer row active,
-    // each with a small slot number: pair shares accumulate in
-    // `acc[key slot][stage slot]` (no search per event) and move to `pairs`
-    // when the key or the stage has no active row left.
-    let mut key_rows = vec![0u32; keys.len()];
-    let mut stage_rows = vec![0u32; stages.len()];
-    let mut key_slots = SlotSet::new(keys.len());
-    let mut stage_slots = SlotSet::new(stages.len());
-    let mut acc: Vec<Vec<f64>> = Vec::new();
-    let mut prev = events.first().map_or(0, |e| e.0);
+/// The rates in the current elementary window of what the active rows
+/// acquire, of `external` (measured use beyond the rows') and of `unknown`
+/// (capacity nobody used).
+struct WindowRates {
+    total: f64,
+    external: f64,
+    unknown: f64,
+}
 
-    for &(t, ev) in &events {
-        // Integrate the elementary window [prev, t).
-        if t > prev && !victims.items.is_empty() {
-            let dt = (t - prev) as f64;
-            let total: f64 = active.items.iter().map(|&i| sweep[i as usize].a).sum();
-            let (mut cap, mut used) = (None::<f64>, None::<f64>);
-            for &h in &hosts {
-                let (c, u) = host_rates[(h - base) as usize];
-                if let Some(c) = c {
-                    *cap.get_or_insert(0.0) += c;
-                }
-                if let Some(u) = u {
-                    *used.get_or_insert(0.0) += u;
-                }
-            }
-            let external = used.map_or(0.0, |u| (u - total).max(0.0));
-            let unknown = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(total)).max(0.0));
-            let scale = (total + external + unknown) * 1e-12;
-            for &v in &victims.items {
-                let r = &mut sweep[v as usize];
-                match mode {
-                    Attribution::Window => {
-                        let d = total - r.a + external + unknown;
-                        if d <= scale {
-                            r.unk += r.rest * dt; // nobody else acquired anything
-                        } else {
-                            let f = r.rest / d;
-                            r.phi += f * dt;
-                            r.ext += f * external * dt;
-                            r.unk += f * unknown * dt;
-                        }
+fn window_rates(
+    sweep: &[Row],
+    active: &ActiveSet,
+    hosts: &[u32],
+    host_rates: &[(Option<f64>, Option<f64>)],
+    base: u32,
+) -> WindowRates {
+    let total: f64 = active.items.iter().map(|&i| sweep[i as usize].a).sum();
+    let (mut cap, mut used) = (None::<f64>, None::<f64>);
+    for &h in hosts {
+        let (c, u) = host_rates[(h - base) as usize];
+        if let Some(c) = c {
+            *cap.get_or_insert(0.0) += c;
+        }
+        if let Some(u) = u {
+            *used.get_or_insert(0.0) += u;
+        }
+    }
+    let external = used.map_or(0.0, |u| (u - total).max(0.0));
+    let unknown = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(total)).max(0.0));
+    WindowRates {
+        total,
+        external,
+        unknown,
+    }
+}
+
+/// The state of the sweep between events: active rows, and the shares of
+/// (victim key, consumer stage) pairs not yet settled.
+///
+/// Keys with a victim row active and stages with a consumer row active each
+/// have a small slot number: pair shares accumulate in `acc[key slot][stage
+/// slot]` (no search per event) and move to `pairs` when the key or the
+/// stage has no active row left.
+struct Settlement {
+    active: ActiveSet,
+    victims: ActiveSet,
+    /// Per local victim key: (local consumer stage, share) pairs, seconds
+    /// or beta in paper mode.
+    pairs: Vec<Vec<(u32, f64)>>,
+    side: Vec<Side>,
+    key_rows: Vec<u32>,
+    stage_rows: Vec<u32>,
+    key_slots: SlotSet,
+    stage_slots: SlotSet,
+    acc: Vec<Vec<f64>>,
+}
+
+impl Settlement {
+    fn new(keys: usize, stages: usize, rows: usize) -> Settlement {
+        Settlement {
+            active: ActiveSet::new(rows),
+            victims: ActiveSet::new(rows),
+            pairs: vec![Vec::new(); keys],
+            side: vec![Side::default(); keys],
+            key_rows: vec![0; keys],
+            stage_rows: vec![0; stages],
+            key_slots: SlotSet::new(keys),
+            stage_slots: SlotSet::new(stages),
+            acc: Vec::new(),
+        }
+    }
+
+    /// Integrates an elementary window of `dt` microseconds: only the
+    /// active victims' `Phi` (and their external and unknown) advance.
+    fn integrate(&mut self, sweep: &mut [Row], dt: f64, rates: WindowRates, mode: Attribution) {
+        let WindowRates {
+            total,
+            external,
+            unknown,
+        } = rates;
+        let scale = (total + external + unknown) * 1e-12;
+        for &v in &self.victims.items {
+            let r = &mut sweep[v as usize];
+            match mode {
+                Attribution::Window => {
+                    let d = total - r.a + external + unknown;
+                    if d <= scale {
+                        r.unk += r.rest * dt; // nobody else acquired anything
+                    } else {
+                        let f = r.rest / d;
+                        r.phi += f * dt;
+                        r.ext += f * external * dt;
+                        r.unk += f * unknown * dt;
                     }
-                    Attribution::Paper => {
-                        if r.a <= 0.0 {
+                }
+                Attribution::Paper => {
+                    // Rates per microsecond: the window's beta weight
+                    // (section 4) per unit a culprit acquires.
+                    match beta::weight(r.rest, r.a, r.run) {
+                        None => {
                             // No beta where the victim acquired nothing.
-                            side[r.key as usize][1] += r.rest * dt;
-                        } else {
-                            let f = r.rest / (r.a * r.run);
+                            self.side[r.key as usize].unknown += r.rest * dt;
+                        }
+                        Some(f) => {
                             r.total += r.rest * dt;
                             r.phi += f * dt;
                             r.ext += f * external * dt;
@@ -285,170 +406,188 @@ pub fn sweep_group(
                 }
             }
         }
-        prev = t;
+    }
 
-        let (x, end) = (ev >> 1, ev & 1 == 1);
-        if x >= base {
-            if end {
-                hosts.retain(|&h| h != x);
-            } else {
-                hosts.push(x);
-            }
-            continue;
-        }
+    /// Row `x` starts: a consumer's pairs start from the victims' current
+    /// `Phi` (subtracted now, added back when settled).
+    fn open(&mut self, sweep: &[Row], x: u32) {
         let xr = &sweep[x as usize];
         let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
-        if end {
-            if xvictim {
-                // x as victim: settle against the consumers still active.
-                let (phi, ks) = (xr.phi, key_slots.slot[xkey as usize] as usize);
-                let row = &mut acc[ks];
-                for &c in &active.items {
-                    let cr = &sweep[c as usize];
-                    if c != x && cr.a > 0.0 {
-                        row[stage_slots.slot[cr.stage as usize] as usize] += cr.a * phi;
-                    }
+        if xvictim {
+            self.key_rows[xkey as usize] += 1;
+            if self.key_rows[xkey as usize] == 1 {
+                let ks = self.key_slots.insert(xkey);
+                if self.acc.len() <= ks {
+                    self.acc.resize(ks + 1, Vec::new());
                 }
-                let r = &sweep[x as usize];
-                let sd = &mut side[xkey as usize];
-                if mode == Attribution::Window {
-                    // Seconds: external and unknown straight to the key.
-                    sd[0] += r.ext;
-                    sd[1] += r.unk;
-                } else {
-                    // Beta of external and unknown, kept as pseudo-stages.
-                    let list = &mut pairs[xkey as usize];
-                    add_to(list, LOCAL_EXTERNAL, r.ext);
-                    add_to(list, LOCAL_UNKNOWN, r.unk);
-                    sd[2] += r.total;
-                }
-                victims.remove(x);
-            }
-            if xa > 0.0 {
-                // x as consumer: settle against the victims still active.
-                let ss = stage_slots.slot[xstage as usize] as usize;
-                for &v in &victims.items {
-                    if v != x {
-                        let r = &sweep[v as usize];
-                        acc[key_slots.slot[r.key as usize] as usize][ss] += xa * r.phi;
-                    }
+                if self.acc[ks].len() < self.stage_slots.slots() {
+                    self.acc[ks].resize(self.stage_slots.slots(), 0.0);
                 }
             }
-            active.remove(x);
-            if xvictim {
-                key_rows[xkey as usize] -= 1;
-                if key_rows[xkey as usize] == 0 {
-                    let ks = key_slots.remove(xkey);
-                    let list = &mut pairs[xkey as usize];
-                    for &(s, ss) in &stage_slots.items {
-                        let v = &mut acc[ks][ss as usize];
-                        if *v != 0.0 {
-                            add_to(list, s, *v);
-                            *v = 0.0;
-                        }
+        }
+        if xa > 0.0 {
+            self.stage_rows[xstage as usize] += 1;
+            let ss = if self.stage_rows[xstage as usize] == 1 {
+                let ss = self.stage_slots.insert(xstage);
+                for row in self.acc.iter_mut() {
+                    if row.len() <= ss {
+                        row.resize(ss + 1, 0.0);
                     }
                 }
-            }
-            if xa > 0.0 {
-                stage_rows[xstage as usize] -= 1;
-                if stage_rows[xstage as usize] == 0 {
-                    let ss = stage_slots.remove(xstage);
-                    for &(k, ks) in &key_slots.items {
-                        let v = &mut acc[ks as usize][ss];
-                        if *v != 0.0 {
-                            add_to(&mut pairs[k as usize], xstage, *v);
-                            *v = 0.0;
-                        }
-                    }
+                ss
+            } else {
+                self.stage_slots.slot[xstage as usize] as usize
+            };
+            for &v in &self.victims.items {
+                let r = &sweep[v as usize];
+                if r.phi != 0.0 {
+                    self.acc[self.key_slots.slot[r.key as usize] as usize][ss] -= xa * r.phi;
                 }
             }
-        } else {
-            if xvictim {
-                key_rows[xkey as usize] += 1;
-                if key_rows[xkey as usize] == 1 {
-                    let ks = key_slots.insert(xkey);
-                    if acc.len() <= ks {
-                        acc.resize(ks + 1, Vec::new());
-                    }
-                    if acc[ks].len() < stage_slots.slots() {
-                        acc[ks].resize(stage_slots.slots(), 0.0);
-                    }
+        }
+        self.active.insert(x);
+        if xvictim {
+            self.victims.insert(x);
+        }
+    }
+
+    /// Row `x` ends: its pairs are settled, as victim against the consumers
+    /// still active and as consumer against the victims still active; a key
+    /// or stage with no active row left moves its shares to `pairs`.
+    fn close(&mut self, sweep: &[Row], x: u32, mode: Attribution) {
+        let xr = &sweep[x as usize];
+        let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
+        if xvictim {
+            let (phi, ks) = (xr.phi, self.key_slots.slot[xkey as usize] as usize);
+            let row = &mut self.acc[ks];
+            for &c in &self.active.items {
+                let cr = &sweep[c as usize];
+                if c != x && cr.a > 0.0 {
+                    row[self.stage_slots.slot[cr.stage as usize] as usize] += cr.a * phi;
                 }
             }
-            if xa > 0.0 {
-                stage_rows[xstage as usize] += 1;
-                let ss = if stage_rows[xstage as usize] == 1 {
-                    let ss = stage_slots.insert(xstage);
-                    for row in acc.iter_mut() {
-                        if row.len() <= ss {
-                            row.resize(ss + 1, 0.0);
-                        }
-                    }
-                    ss
-                } else {
-                    stage_slots.slot[xstage as usize] as usize
-                };
-                for &v in &victims.items {
+            let sd = &mut self.side[xkey as usize];
+            if mode == Attribution::Window {
+                // Seconds: external and unknown straight to the key.
+                sd.external += xr.ext;
+                sd.unknown += xr.unk;
+            } else {
+                // Beta of external and unknown, beside the stages'.
+                sd.beta_external += xr.ext;
+                sd.beta_unknown += xr.unk;
+                sd.paper_total += xr.total;
+            }
+            self.victims.remove(x);
+        }
+        if xa > 0.0 {
+            let ss = self.stage_slots.slot[xstage as usize] as usize;
+            for &v in &self.victims.items {
+                if v != x {
                     let r = &sweep[v as usize];
-                    if r.phi != 0.0 {
-                        acc[key_slots.slot[r.key as usize] as usize][ss] -= xa * r.phi;
+                    self.acc[self.key_slots.slot[r.key as usize] as usize][ss] += xa * r.phi;
+                }
+            }
+        }
+        self.active.remove(x);
+        if xvictim {
+            self.key_rows[xkey as usize] -= 1;
+            if self.key_rows[xkey as usize] == 0 {
+                let ks = self.key_slots.remove(xkey);
+                let list = &mut self.pairs[xkey as usize];
+                for &(s, ss) in &self.stage_slots.items {
+                    let v = &mut self.acc[ks][ss as usize];
+                    if *v != 0.0 {
+                        add_to(list, s, *v);
+                        *v = 0.0;
                     }
                 }
             }
-            active.insert(x);
-            if xvictim {
-                victims.insert(x);
+        }
+        if xa > 0.0 {
+            self.stage_rows[xstage as usize] -= 1;
+            if self.stage_rows[xstage as usize] == 0 {
+                let ss = self.stage_slots.remove(xstage);
+                for &(k, ks) in &self.key_slots.items {
+                    let v = &mut self.acc[ks as usize][ss];
+                    if *v != 0.0 {
+                        add_to(&mut self.pairs[k as usize], xstage, *v);
+                        *v = 0.0;
+                    }
+                }
             }
         }
     }
 
-    let global = |c: u32| match c {
-        LOCAL_EXTERNAL => EXTERNAL,
-        LOCAL_UNKNOWN => UNKNOWN,
-        c => stages[c as usize],
-    };
-    for (k, list) in pairs.iter().enumerate() {
-        let (vs, d) = keys[k];
-        let [ext, unk, total] = side[k];
-        match mode {
-            Attribution::Window => {
-                for &(c, x) in list {
-                    *cells.entry((vs, d, global(c))).or_insert(0.0) += x;
-                }
-                if ext > 0.0 {
-                    *cells.entry((vs, d, EXTERNAL)).or_insert(0.0) += ext;
-                }
-                if unk > 0.0 {
-                    *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
-                }
-            }
-            Attribution::Paper => {
-                // BC4 = BC3 * beta_cs / sum beta, per level-3 node; blocked
-                // time where the victim acquired nothing (no beta) is unknown.
-                if unk > 0.0 {
-                    *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
-                }
-                let sum: f64 = list.iter().map(|(_, b)| b.max(0.0)).sum();
-                if total <= 0.0 {
-                    continue;
-                }
-                if sum > 0.0 {
-                    for &(c, b) in list.iter().filter(|(_, b)| *b > 0.0) {
-                        *cells.entry((vs, d, global(c))).or_insert(0.0) += total * b / sum;
+    /// The settled shares as level-4 cells: seconds as they are (window
+    /// form), or each key's blocked seconds split by beta (paper form).
+    fn into_cells(
+        self,
+        keys: &[(u32, u32)],
+        stages: &[u32],
+        mode: Attribution,
+        mut cells: Cells,
+    ) -> Cells {
+        for (k, list) in self.pairs.iter().enumerate() {
+            let (vs, d) = keys[k];
+            let Side {
+                external: ext,
+                unknown: unk,
+                paper_total: total,
+                beta_external,
+                beta_unknown,
+            } = self.side[k];
+            match mode {
+                Attribution::Window => {
+                    for &(c, x) in list {
+                        *cells.entry((vs, d, stages[c as usize])).or_insert(0.0) += x;
                     }
-                } else {
-                    *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += total;
+                    if ext > 0.0 {
+                        *cells.entry((vs, d, EXTERNAL)).or_insert(0.0) += ext;
+                    }
+                    if unk > 0.0 {
+                        *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
+                    }
+                }
+                Attribution::Paper => {
+                    // BC4 = BC3 * beta_cs / sum beta, per level-3 node; blocked
+                    // time where the victim acquired nothing (no beta) is unknown.
+                    if unk > 0.0 {
+                        *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
+                    }
+                    let betas = list
+                        .iter()
+                        .map(|&(c, b)| (stages[c as usize], b))
+                        .chain([(EXTERNAL, beta_external), (UNKNOWN, beta_unknown)]);
+                    let sum: f64 = betas.clone().map(|(_, b)| b.max(0.0)).sum();
+                    if total <= 0.0 {
+                        continue;
+                    }
+                    if sum > 0.0 {
+                        for (c, b) in betas.filter(|(_, b)| *b > 0.0) {
+                            *cells.entry((vs, d, c)).or_insert(0.0) += total * b / sum;
+                        }
+                    } else {
+                        *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += total;
+                    }
                 }
             }
         }
+        cells.retain(|_, v| *v > EPS);
+        cells
     }
-    cells.retain(|_, v| *v > EPS);
-    cells
 }
 
-/// Local ids of `external` and `unknown` among a group's consumer stages.
-const LOCAL_EXTERNAL: u32 = u32::MAX;
-const LOCAL_UNKNOWN: u32 = u32::MAX - 1;
+/// Per victim key of a group, what goes to no consumer stage: seconds to
+/// `external` and `unknown` (window form), or in the paper form the blocked
+/// seconds to split by beta and the beta of `external` and `unknown`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Side {
+    external: f64,
+    unknown: f64,
+    paper_total: f64,
+    beta_external: f64,
+    beta_unknown: f64,
+}
 
 /// Moves a pair's accumulated seconds into `cells`.
 #[inline]

@@ -8,8 +8,19 @@ use culprit_core::method::{Attribution, BlameOptions, Micros, SlotBlame, VictimS
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::catalog::TableFunctionArgs;
-use datafusion::common::{plan_err, DFSchema, Result, ScalarValue};
+use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::ColumnarValue;
+
+/// A bad argument of `$function`: typed, so it reaches a client as 22023
+/// whatever the words.
+macro_rules! bad_arg {
+    ($function:expr, $($fmt:tt)*) => {
+        Err(crate::error::to_datafusion(culprit_engine::Error::argument(
+            $function,
+            format!($($fmt)*),
+        )))
+    };
+}
 
 /// The evaluated arguments of a call.
 pub struct Args {
@@ -34,8 +45,7 @@ impl Args {
             {
                 Ok(ColumnarValue::Scalar(v)) => v,
                 _ => {
-                    return plan_err!(
-                        "culprit: {function}: argument {} ({e}) must be a constant",
+                    return bad_arg!(function, "argument {} ({e}) must be a constant",
                         i + 1
                     )
                 }
@@ -50,8 +60,7 @@ impl Args {
                 }
             }
             if !options.is_empty() {
-                return plan_err!(
-                    "culprit: {function}: positional argument {} after an option",
+                return bad_arg!(function, "positional argument {} after an option",
                     i + 1
                 );
             }
@@ -66,9 +75,7 @@ impl Args {
 
     pub fn max_positional(&self, n: usize, usage: &str) -> Result<()> {
         if self.positional.len() > n {
-            return plan_err!(
-                "culprit: {}: too many arguments; usage: {usage}",
-                self.function
+            return bad_arg!(self.function, "too many arguments; usage: {usage}",
             );
         }
         Ok(())
@@ -82,9 +89,7 @@ impl Args {
             Some(ScalarValue::Utf8(Some(s)))
             | Some(ScalarValue::LargeUtf8(Some(s)))
             | Some(ScalarValue::Utf8View(Some(s))) => Ok(Some(s.clone())),
-            Some(v) => plan_err!(
-                "culprit: {}: argument {} must be text, got {v}",
-                self.function,
+            Some(v) => bad_arg!(self.function, "argument {} must be text, got {v}",
                 i + 1
             ),
         }
@@ -111,9 +116,7 @@ impl Args {
         };
         match us {
             Some(us) => Ok(Some(us)),
-            None => plan_err!(
-                "culprit: {}: argument {} is not a time (a timestamp, RFC 3339 text or epoch milliseconds): {v}",
-                self.function,
+            None => bad_arg!(self.function, "argument {} is not a time (a timestamp, RFC 3339 text or epoch milliseconds): {v}",
                 i + 1
             ),
         }
@@ -134,7 +137,7 @@ impl Args {
         };
         if let (Some(a), Some(b)) = (o.from, o.to) {
             if a >= b {
-                return plan_err!("culprit: {}: 'from' must be before 'to'", self.function);
+                return bad_arg!(self.function, "'from' must be before 'to'",);
             }
         }
         for (k, v) in &self.options {
@@ -151,9 +154,7 @@ impl Args {
                         "window" => Attribution::Window,
                         "paper" => Attribution::Paper,
                         _ => {
-                            return plan_err!(
-                                "culprit: {}: attribution must be 'window' or 'paper', got '{v}'",
-                                self.function
+                            return bad_arg!(self.function, "attribution must be 'window' or 'paper', got '{v}'",
                             )
                         }
                     }
@@ -163,22 +164,46 @@ impl Args {
                         "direct" => SlotBlame::Direct,
                         "transitive" => SlotBlame::Transitive,
                         _ => {
-                            return plan_err!(
-                                "culprit: {}: slots must be 'direct' or 'transitive', got '{v}'",
-                                self.function
+                            return bad_arg!(self.function, "slots must be 'direct' or 'transitive', got '{v}'",
                             )
                         }
                     }
                 }
-                _ => return plan_err!("culprit: {}: unknown option '{k}'", self.function),
+                _ => return bad_arg!(self.function, "unknown option '{k}'",),
             }
         }
         Ok(o)
     }
 
+    /// The victim-centric call `(victim [, from [, to]] [, options])`.
+    pub fn victim_call(&self, signature: &str) -> Result<BlameOptions> {
+        self.max_positional(3, signature)?;
+        let victims = self.text(0)?.map(|v| vec![v]);
+        self.blame_options(victims, 1, 2)
+    }
+
+    /// The call over all victims of a window `([from [, to]] [, options])`.
+    pub fn window_call(&self, signature: &str) -> Result<BlameOptions> {
+        self.max_positional(2, signature)?;
+        self.blame_options(None, 0, 1)
+    }
+
+    /// The call on one query `(query)`: its id.
+    pub fn query_call(&self, signature: &str) -> Result<String> {
+        self.no_options()?;
+        self.max_positional(1, signature)?;
+        match self.text(0)? {
+            Some(q) => Ok(q),
+            None => bad_arg!(
+                self.function,
+                "the query id is required; usage: {signature}"
+            ),
+        }
+    }
+
     pub fn no_options(&self) -> Result<()> {
         if let Some((k, _)) = self.options.first() {
-            return plan_err!("culprit: {}: takes no option '{k}'", self.function);
+            return bad_arg!(self.function, "takes no option '{k}'",);
         }
         Ok(())
     }

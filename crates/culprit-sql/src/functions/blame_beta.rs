@@ -49,7 +49,7 @@ impl Accumulator for Beta {
     }
 }
 
-pub fn blame_beta() -> AggregateUDF {
+pub fn udaf() -> AggregateUDF {
     create_udaf(
         "blame_beta",
         vec![DataType::Float64; 4],

@@ -1,10 +1,10 @@
-//! `ratp`, `ratp_blocked`, `ratp_max`, `slowdown`: method.md section 3
-//! (000 §3 eq. 1, 4, 7; 001 §4 eq. 2, 10, 11). NULL where undefined (zero
-//! acquired, zero capacity), never an error, never NaN.
+//! The adapter of the method's float formulas (`ratp`, `ratp_blocked`,
+//! `ratp_max`, `slowdown`, each in its own file) to SQL scalar functions:
+//! NULL where undefined (zero acquired, zero capacity), never an error,
+//! never NaN.
 
 use std::sync::Arc;
 
-use culprit_core::ratp;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array};
 use datafusion::arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::Result;
@@ -12,55 +12,46 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Kind {
-    /// `ratp(blocked, computed, acquired)`
-    Ratp,
-    /// `ratp_blocked(blocked, acquired)`
-    RatpBlocked,
-    /// `ratp_max(seconds, acquired)`
-    RatpMax,
-    /// `slowdown(ratp, capacity)`
-    Slowdown,
-}
-
-/// A scalar function of the method over float arguments.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct MethodScalar {
-    kind: Kind,
+/// A scalar function of the method over float arguments: NULL where an
+/// argument is NULL or the value is undefined.
+#[derive(Debug)]
+pub struct FloatScalar {
+    name: &'static str,
+    eval: fn(&[f64]) -> Option<f64>,
     signature: Signature,
 }
 
-impl MethodScalar {
-    fn new(kind: Kind) -> Self {
-        let arity = match kind {
-            Kind::Ratp => 3,
-            _ => 2,
-        };
-        MethodScalar {
-            kind,
-            signature: Signature::uniform(arity, vec![DataType::Float64], Volatility::Immutable),
-        }
-    }
-
-    fn eval(&self, a: &[f64]) -> Option<f64> {
-        match self.kind {
-            Kind::Ratp => ratp::ratp(a[0], a[1], a[2]),
-            Kind::RatpBlocked => ratp::ratp_blocked(a[0], a[1]),
-            Kind::RatpMax => ratp::ratp_max(a[0], a[1]),
-            Kind::Slowdown => ratp::slowdown(a[0], a[1]),
-        }
+// A function is known by its name (function pointers have no meaningful
+// equality): DataFusion compares functions to deduplicate and cache plans.
+impl PartialEq for FloatScalar {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.signature == other.signature
     }
 }
 
-impl ScalarUDFImpl for MethodScalar {
+impl Eq for FloatScalar {}
+
+impl std::hash::Hash for FloatScalar {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.signature.hash(state);
+    }
+}
+
+impl FloatScalar {
+    /// The function `name` of `arity` float arguments.
+    pub fn udf(name: &'static str, arity: usize, eval: fn(&[f64]) -> Option<f64>) -> ScalarUDF {
+        ScalarUDF::new_from_impl(FloatScalar {
+            name,
+            eval,
+            signature: Signature::uniform(arity, vec![DataType::Float64], Volatility::Immutable),
+        })
+    }
+}
+
+impl ScalarUDFImpl for FloatScalar {
     fn name(&self) -> &str {
-        match self.kind {
-            Kind::Ratp => "ratp",
-            Kind::RatpBlocked => "ratp_blocked",
-            Kind::RatpMax => "ratp_max",
-            Kind::Slowdown => "slowdown",
-        }
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -86,16 +77,9 @@ impl ScalarUDFImpl for MethodScalar {
                     }
                     *slot = c.value(i);
                 }
-                self.eval(&row)
+                (self.eval)(&row)
             })
             .collect();
         Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     }
-}
-
-pub(crate) fn all() -> Vec<ScalarUDF> {
-    [Kind::Ratp, Kind::RatpBlocked, Kind::RatpMax, Kind::Slowdown]
-        .into_iter()
-        .map(|k| ScalarUDF::new_from_impl(MethodScalar::new(k)))
-        .collect()
 }

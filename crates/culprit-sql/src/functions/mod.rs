@@ -1,64 +1,61 @@
-//! The SQL functions of the method, one file per function family, and one
-//! `register_all`.
+//! The SQL functions of the method, one file per function, and the one
+//! list of them, [`register_all`].
+//!
+//! To add a table function: write `my_function.rs` with a struct
+//! implementing [`TableFunction`] (name, signature, schema, argument
+//! parsing, computation over the engine's snapshot), add `mod my_function;`
+//! and one `register::<my_function::MyFunction>` line below, and document
+//! it in docs/sql-reference.md.
 
 mod args;
-mod beta;
+mod rows;
+mod table_function;
+
+mod aggressive_queries;
 mod blame;
-mod out;
-mod query;
+mod blame_beta;
+mod critical_path;
+mod culprits;
+mod float_scalar;
+mod hot_resources;
+mod iqc_edges;
+mod iqc_nodes;
 mod ratp;
-mod table;
-pub(crate) use table::method_err;
-mod usecases;
+mod ratp_blocked;
+mod ratp_max;
+mod slow_nodes;
+mod slowdown;
+mod stage_ratp;
+mod victims;
 
 use std::sync::Arc;
 
+use culprit_engine::Engine;
 use datafusion::prelude::SessionContext;
 
-use crate::engine::Engine;
-pub use ratp::MethodScalar;
+pub use table_function::{Registered, TableFunction};
 
 /// Registers every culprit function in the session.
 pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
-    for f in ratp::all() {
-        ctx.register_udf(f);
+    // Scalars and the aggregate (method.md sections 3 and 4).
+    for udf in [ratp::udf(), ratp_blocked::udf(), ratp_max::udf(), slowdown::udf()] {
+        ctx.register_udf(udf);
     }
-    ctx.register_udaf(beta::blame_beta());
-    for kind in [
-        blame::Kind::Blame,
-        blame::Kind::Culprits,
-        blame::Kind::Nodes,
-        blame::Kind::Edges,
-    ] {
-        ctx.register_udtf(
-            blame::BlameFn::name(kind),
-            Arc::new(blame::BlameFn {
-                kind,
-                engine: engine.clone(),
-            }),
-        );
-    }
-    for kind in [
-        usecases::Kind::HotResources,
-        usecases::Kind::SlowNodes,
-        usecases::Kind::AggressiveQueries,
-        usecases::Kind::Victims,
-    ] {
-        ctx.register_udtf(
-            usecases::UseCaseFn::name(kind),
-            Arc::new(usecases::UseCaseFn {
-                kind,
-                engine: engine.clone(),
-            }),
-        );
-    }
-    for kind in [query::Kind::CriticalPath, query::Kind::StageRatp] {
-        ctx.register_udtf(
-            query::QueryFn::name(kind),
-            Arc::new(query::QueryFn {
-                kind,
-                engine: engine.clone(),
-            }),
-        );
-    }
+    ctx.register_udaf(blame_beta::udaf());
+    // Table functions over the engine.
+    let e = &engine;
+    register::<blame::Blame>(ctx, e);
+    register::<culprits::Culprits>(ctx, e);
+    register::<iqc_nodes::IqcNodes>(ctx, e);
+    register::<iqc_edges::IqcEdges>(ctx, e);
+    register::<hot_resources::HotResources>(ctx, e);
+    register::<slow_nodes::SlowNodes>(ctx, e);
+    register::<aggressive_queries::AggressiveQueries>(ctx, e);
+    register::<victims::Victims>(ctx, e);
+    register::<critical_path::CriticalPath>(ctx, e);
+    register::<stage_ratp::StageRatp>(ctx, e);
+}
+
+fn register<F: TableFunction>(ctx: &SessionContext, engine: &Arc<Engine>) {
+    ctx.register_udtf(F::NAME, Arc::new(Registered::<F>::new(engine.clone())));
 }

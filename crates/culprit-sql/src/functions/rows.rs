@@ -1,4 +1,5 @@
-//! Building result batches column by column.
+//! Building result batches row by row: the typed rows of the engine become
+//! Arrow columns.
 
 use std::sync::Arc;
 
@@ -49,7 +50,7 @@ pub struct Out {
 }
 
 /// One cell.
-pub enum V<'a> {
+pub enum Cell<'a> {
     S(Option<&'a str>),
     F(Option<f64>),
     I(Option<i64>),
@@ -76,18 +77,18 @@ impl Out {
     }
 
     /// Appends the next cell of the current row.
-    pub fn push(&mut self, v: V) {
+    pub fn push(&mut self, v: Cell) {
         match (&mut self.cols[self.next], v) {
-            (B::Text(b), V::S(x)) => b.append_option(x),
-            (B::Float(b), V::F(x)) => b.append_option(x.filter(|f| f.is_finite())),
-            (B::Int(b), V::I(x)) => b.append_option(x),
-            (B::Time(b), V::T(x)) => b.append_option(x),
+            (B::Text(b), Cell::S(x)) => b.append_option(x),
+            (B::Float(b), Cell::F(x)) => b.append_option(x.filter(|f| f.is_finite())),
+            (B::Int(b), Cell::I(x)) => b.append_option(x),
+            (B::Time(b), Cell::T(x)) => b.append_option(x),
             _ => panic!("result column {} given a value of another type", self.next),
         }
         self.next = (self.next + 1) % self.cols.len();
     }
 
-    pub fn row(&mut self, values: Vec<V>) {
+    pub fn row(&mut self, values: Vec<Cell>) {
         for v in values {
             self.push(v);
         }

@@ -1,6 +1,9 @@
-//! The table a table function returns: computed from the dataset at scan
-//! time (table-function construction is synchronous; the I/O happens here),
-//! its batches built as they are read.
+//! How a method function becomes a SQL table function: the
+//! [`TableFunction`] trait each function's file implements (name,
+//! signature, schema, argument parsing, computation), the DataFusion
+//! adapter that plans it, and the table it returns, computed from the
+//! engine's snapshot at scan time (table-function construction is
+//! synchronous; the I/O happens here), its batches built as they are read.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -8,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::catalog::{Session, TableProvider};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -17,7 +20,10 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::engine::{Engine, Loaded};
+use culprit_engine::{Engine, Snapshot};
+
+use super::args::Args;
+use crate::error::{to_datafusion, Error};
 
 /// A computed result: its size, and its batches, built one at a time as
 /// they are read (a large `blame()` is never one batch in memory).
@@ -38,7 +44,7 @@ impl Rows {
     }
 }
 
-pub type Compute = Arc<dyn Fn(&Loaded) -> Result<Rows> + Send + Sync>;
+pub type Compute = Arc<dyn Fn(&Snapshot) -> Result<Rows> + Send + Sync>;
 
 pub struct ComputedTable {
     pub name: &'static str,
@@ -95,13 +101,21 @@ impl TableProvider for ComputedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let loaded = self.engine.load(self.windows).await?;
+        let snapshot = self
+            .engine
+            .snapshot(self.windows)
+            .await
+            .map_err(to_datafusion)?;
         let compute = self.compute.clone();
         // The method is CPU work: keep it off the async workers.
         let started = std::time::Instant::now();
-        let rows = tokio::task::spawn_blocking(move || compute(&loaded))
+        let rows = tokio::task::spawn_blocking(move || compute(&snapshot))
             .await
-            .map_err(|e| DataFusionError::Execution(format!("culprit: {}: {e}", self.name)))??;
+            .map_err(|e| {
+                // A panic in the method is a bug: XX000, and a log line.
+                log::error!("{}(): the computation failed: {e}", self.name);
+                to_datafusion(Error::Internal(format!("{}(): {e}", self.name)))
+            })??;
         // The result is charged to the query's memory pool (per connection,
         // `--query-memory-mb`): over the limit, the query fails with
         // ResourcesExhausted (SQLSTATE 53200) and the result is dropped. The
@@ -160,9 +174,10 @@ impl PartitionStream for Once {
         let name = self.name;
         let stream: Box<dyn Iterator<Item = Result<RecordBatch>> + Send> = match batches {
             Some(b) => b,
-            None => Box::new(std::iter::once(Err(DataFusionError::Execution(format!(
-                "culprit: {name}(): its result was already read; call the function again"
-            ))))),
+            // A plan executed twice: a bug of the caller, not of the input.
+            None => Box::new(std::iter::once(Err(to_datafusion(Error::Internal(format!(
+                "{name}(): its result was already read; call the function again"
+            )))))),
         };
         Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
@@ -171,7 +186,56 @@ impl PartitionStream for Once {
     }
 }
 
-/// A method error as a DataFusion error that maps to SQLSTATE 22023.
-pub fn method_err(function: &str, e: culprit_core::MethodError) -> DataFusionError {
-    DataFusionError::Execution(format!("culprit: {function}: {e}"))
+/// One SQL table function of the method. Its file holds everything about
+/// it: name, signature, result schema, how its constant arguments are
+/// parsed (at planning: a bad one fails the statement before anything is
+/// computed) and how its rows are computed from the engine's snapshot.
+pub trait TableFunction: Sized + Send + Sync + 'static {
+    /// The SQL name.
+    const NAME: &'static str;
+    /// The call as the docs and error messages show it.
+    const SIGNATURE: &'static str;
+    /// Needs every window row in memory, even for a large store (not only
+    /// the blame sweeps, which read them bucket by bucket).
+    const NEEDS_WINDOWS: bool = false;
+    /// The result's columns.
+    fn schema() -> SchemaRef;
+    /// The call's parsed arguments.
+    fn plan(args: &Args) -> Result<Self>;
+    /// The result. Blocking: runs on a blocking thread of the query's runtime.
+    fn compute(&self, snapshot: &Snapshot) -> Result<Rows>;
+}
+
+/// The DataFusion table function of a [`TableFunction`].
+pub struct Registered<F> {
+    engine: Arc<Engine>,
+    function: std::marker::PhantomData<fn() -> F>,
+}
+
+impl<F> Registered<F> {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Registered {
+            engine,
+            function: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<F: TableFunction> fmt::Debug for Registered<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", F::SIGNATURE)
+    }
+}
+
+impl<F: TableFunction> TableFunctionImpl for Registered<F> {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let function = Arc::new(F::plan(&Args::parse(F::NAME, &args)?)?);
+        Ok(Arc::new(ComputedTable::new(
+            F::NAME,
+            F::schema(),
+            self.engine.clone(),
+            F::NEEDS_WINDOWS,
+            Arc::new(move |snapshot: &Snapshot| function.compute(snapshot)),
+        )))
+    }
 }

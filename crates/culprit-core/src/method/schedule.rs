@@ -1,0 +1,380 @@
+//! Scheduling the sweeps of one analysis on every core (method.md section
+//! 2: hosts are independent). The window rows are either all in memory
+//! ([`in_memory`]: one job per (host, resource)) or read from a store one
+//! host bucket at a time through a [`BucketSource`] ([`streamed`]: one job
+//! per bucket, which reads its rows and sweeps its hosts, so memory holds a
+//! few hosts' rows, never the table). Either way the cluster-wide slot sweep
+//! is one more job. Where the rows come from is the caller's business (the
+//! engine's, which knows the store); how they are swept is the method's.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::level4::{Culprit, Entry, Level4};
+use super::model::{Dataset, Interner, Micros, WindowRow, N_RES};
+use super::sweep::{self, Attribution, Cells};
+use crate::{MethodError, Resource};
+
+/// The cluster-wide slot sweep (section 5) as level-4 nodes.
+fn slot_entries(
+    ds: &Dataset,
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+) -> Vec<Entry> {
+    let slots_idx = super::model::resource_index(Resource::Slots);
+    let slot_rows: Vec<&[super::model::HostRow]> = (0..ds.hosts.len())
+        .map(|h| ds.host_rows[h * N_RES + slots_idx].as_slice())
+        .collect();
+    let cells = sweep::sweep_slots(ds, &slot_rows, victim, win, mode);
+    let mut entries = Vec::new();
+    push_cells(&mut entries, cells, Resource::Slots, None);
+    entries
+}
+
+/// The window rows of some hosts (one host bucket), grouped by (host,
+/// resource) as in [`Dataset::group`], with the tasks they name.
+#[derive(Debug)]
+struct Part {
+    /// Indexed by group; the groups of other hosts stay empty.
+    pub groups: Vec<Vec<WindowRow>>,
+    /// Tasks with at least one window row here.
+    pub with_windows: FxHashSet<u32>,
+    last_task: u32,
+}
+
+impl Part {
+    /// An empty part for a dataset with `groups` (host, resource) groups.
+    fn new(groups: usize) -> Part {
+        Part {
+            groups: vec![Vec::new(); groups],
+            with_windows: FxHashSet::default(),
+            last_task: u32::MAX,
+        }
+    }
+
+    fn push(&mut self, task: u32, group: usize, row: WindowRow) {
+        // Rows come grouped by task: one set insert per task, not per row.
+        if task != self.last_task {
+            self.with_windows.insert(task);
+            self.last_task = task;
+        }
+        self.groups[group].push(row);
+    }
+
+    fn rows(&self) -> usize {
+        self.groups.iter().map(|g| g.len()).sum()
+    }
+}
+
+/// The sweeps of every (host, resource) of `hosts`, whose window rows are
+/// all in `parts` (tasks of those hosts without rows there are known by their
+/// totals, section 2). One thread; run parts on several.
+fn sweep_part(
+    ds: &Dataset,
+    hosts: &[u32],
+    tasks_by_host: &[Vec<u32>],
+    parts: &[&Part],
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+) -> Vec<Entry> {
+    let mut synth: FxHashMap<usize, Vec<WindowRow>> = FxHashMap::default();
+    for &h in hosts {
+        for &t in &tasks_by_host[h as usize] {
+            if !parts.iter().any(|p| p.with_windows.contains(&t)) {
+                for (r, row) in ds.synthesize(t) {
+                    synth.entry(Dataset::group(h, r)).or_default().push(row);
+                }
+            }
+        }
+    }
+    let slots_idx = super::model::resource_index(Resource::Slots);
+    let mut groups: Vec<usize> = hosts
+        .iter()
+        .flat_map(|&h| (0..N_RES).map(move |r| h as usize * N_RES + r))
+        .filter(|&g| {
+            g % N_RES != slots_idx
+                && (synth.contains_key(&g) || parts.iter().any(|p| !p.groups[g].is_empty()))
+        })
+        .collect();
+    groups.sort_unstable();
+    let mut entries = Vec::new();
+    for g in groups {
+        let rows: Vec<&[WindowRow]> = parts
+            .iter()
+            .map(|p| &p.groups[g])
+            .chain(synth.get(&g))
+            .map(|v| v.as_slice())
+            .collect();
+        sweep_one(ds, g, &rows, victim, win, mode, &mut entries);
+    }
+    entries
+}
+
+/// The sweep of group `g` (a host and resource) over `rows`, its level-4
+/// nodes appended to `out`.
+fn sweep_one(
+    ds: &Dataset,
+    g: usize,
+    rows: &[&[WindowRow]],
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+    out: &mut Vec<Entry>,
+) {
+    let r = Resource::ALL[g % N_RES];
+    let cells = sweep::sweep_group(ds, r, rows, &ds.host_rows[g], victim, win, mode);
+    push_cells(out, cells, r, Some((g / N_RES) as u32));
+}
+
+/// The sweeps, both cores: one job per (host, resource), plus the slots.
+pub(crate) fn in_memory(
+    ds: &Dataset,
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+) -> Result<Level4, MethodError> {
+    // Rows of tasks known only by their totals.
+    let mut synth: Vec<Vec<WindowRow>> = vec![Vec::new(); ds.windows.len()];
+    for (i, t) in ds.tasks.iter().enumerate() {
+        for (r, row) in ds.synthesized_rows(i as u32) {
+            synth[Dataset::group(t.host, r)].push(row);
+        }
+    }
+    let slots_idx = super::model::resource_index(Resource::Slots);
+    let mut jobs: Vec<usize> = (0..ds.windows.len())
+        .filter(|g| g % N_RES != slots_idx && !(ds.windows[*g].is_empty() && synth[*g].is_empty()))
+        .collect();
+    jobs.sort_by_key(|g| std::cmp::Reverse(ds.windows[*g].len() + synth[*g].len()));
+    // usize::MAX stands for the slot sweep.
+    jobs.insert(0, usize::MAX);
+    let chunks = parallel(jobs.len(), |j| {
+        let g = jobs[j];
+        if g == usize::MAX {
+            return slot_entries(ds, victim, win, mode);
+        }
+        let mut entries = Vec::new();
+        let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
+        sweep_one(ds, g, &rows, victim, win, mode, &mut entries);
+        entries
+    });
+    // Within a job the order is that of an FxHashMap (no random seed):
+    // deterministic for the same data.
+    Ok(Level4::from_chunks(chunks?, None))
+}
+
+/// Runs `job(0..n)` on every core, jobs taken in order; the results come
+/// back in job order, whatever the thread timing. A job that panics is a
+/// bug: it comes back as [`MethodError::Internal`], never as a bad argument.
+pub(crate) fn parallel<T: Send>(
+    n: usize,
+    job: impl Fn(usize) -> T + Sync,
+) -> Result<Vec<T>, MethodError> {
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(n)
+        .max(1);
+    let results: Vec<std::thread::Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let j = next.fetch_add(1, Ordering::Relaxed);
+                        if j >= n {
+                            break;
+                        }
+                        out.push((j, job(j)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join()).collect()
+    });
+    let mut by_job: Vec<(usize, T)> = Vec::with_capacity(n);
+    for r in results {
+        match r {
+            Ok(done) => by_job.extend(done),
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                return Err(MethodError::Internal(format!(
+                    "a sweep thread panicked: {why}"
+                )));
+            }
+        }
+    }
+    by_job.sort_unstable_by_key(|(j, _)| *j);
+    Ok(by_job.into_iter().map(|(_, t)| t).collect())
+}
+
+fn push_cells(out: &mut Vec<Entry>, cells: Cells, resource: Resource, host: Option<u32>) {
+    out.extend(cells.into_iter().map(|((stage, detail, c), seconds)| {
+        Entry::new(
+            stage,
+            resource,
+            detail,
+            host,
+            Culprit::from_code(c),
+            None,
+            seconds,
+        )
+    }));
+}
+
+/// Rows of one part whose task ran on a host of another bucket (a task
+/// stored again later with another host): (bucket, task, group, row).
+type Strays = Vec<(usize, u32, usize, WindowRow)>;
+
+/// Where the window rows of a store too large for memory come from: files
+/// written per host bucket (`culprit_store::layout`), and files without a
+/// bucket (older stores, rows whose task came in a later batch). Reads hand
+/// each row to `sink(task, group, row)`, `group` as in [`Dataset::group`].
+pub trait BucketSource: Sync {
+    type Error: From<MethodError> + Send;
+    /// The number of host buckets.
+    fn buckets(&self) -> usize;
+    /// The bucket whose files hold `host`'s rows.
+    fn bucket_of(&self, host: u32) -> usize;
+    /// How many files have no bucket.
+    fn unbucketed_files(&self) -> usize;
+    /// Reads the `i`-th file without a bucket.
+    fn read_unbucketed(
+        &self,
+        i: usize,
+        sink: &mut dyn FnMut(u32, usize, WindowRow),
+    ) -> Result<(), Self::Error>;
+    /// Reads the files of bucket `b`.
+    fn read_bucket(
+        &self,
+        b: usize,
+        sink: &mut dyn FnMut(u32, usize, WindowRow),
+    ) -> Result<(), Self::Error>;
+    /// The names of the detail ids the reads gave out.
+    fn details(&self) -> Result<Interner, Self::Error>;
+    /// Called as each bucket is swept (`rows`: its window rows), for
+    /// progress reports.
+    fn swept(&self, _done: usize, _of: usize, _rows: usize) {}
+}
+
+/// The sweeps over window rows read bucket by bucket from `source`, one
+/// bucket per job on every core, plus the slot sweep.
+pub(crate) fn streamed<S: BucketSource>(
+    ds: &Dataset,
+    source: &S,
+    victim: &[bool],
+    win: (Micros, Micros),
+    mode: Attribution,
+) -> Result<Level4, S::Error> {
+    let n = source.buckets();
+    let groups = ds.windows.len();
+    let tasks_by_host = ds.tasks_by_host();
+    // Files without a bucket are read first, in parallel, and kept: every
+    // bucket's sweep takes its hosts' rows from them too.
+    let loose: Vec<Part> = parallel(source.unbucketed_files(), |i| -> Result<Part, S::Error> {
+        let mut part = Part::new(groups);
+        source.read_unbucketed(i, &mut |task, group, row| part.push(task, group, row))?;
+        Ok(part)
+    })?
+    .into_iter()
+    .collect::<Result<_, _>>()?;
+    // Only hosts where a victim stage ran have anything to explain; a
+    // bucket without such hosts is not even read, unless some task was
+    // stored with two hosts (its rows could sit in any bucket).
+    let mut victim_host = vec![false; ds.hosts.len()];
+    for t in &ds.tasks {
+        if victim[t.stage as usize] {
+            victim_host[t.host as usize] = true;
+        }
+    }
+    let mut hosts: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for h in 0..ds.hosts.len() as u32 {
+        if victim_host[h as usize] {
+            hosts[source.bucket_of(h)].push(h);
+        }
+    }
+    let may_skip = ds.host_conflicts == 0;
+    let read_bucket = |b: usize, strays: &mut Strays| -> Result<Part, S::Error> {
+        let mut part = Part::new(groups);
+        source.read_bucket(b, &mut |task, group, row| {
+            let home = source.bucket_of((group / N_RES) as u32);
+            if home == b {
+                part.push(task, group, row)
+            } else {
+                strays.push((home, task, group, row))
+            }
+        })?;
+        Ok(part)
+    };
+    let sweep_bucket = |b: usize, extra: &[&Part]| -> Vec<Entry> {
+        let parts: Vec<&Part> = loose.iter().chain(extra.iter().copied()).collect();
+        sweep_part(ds, &hosts[b], &tasks_by_host, &parts, victim, win, mode)
+    };
+    let swept = AtomicUsize::new(0);
+    let jobs = parallel(n + 1, |j| -> Result<(Vec<Entry>, Strays), S::Error> {
+        if j == 0 {
+            return Ok((slot_entries(ds, victim, win, mode), Vec::new()));
+        }
+        let b = j - 1;
+        if may_skip && hosts[b].is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let mut strays = Strays::new();
+        let part = read_bucket(b, &mut strays)?;
+        let entries = sweep_bucket(b, &[&part]);
+        let done = swept.fetch_add(1, Ordering::Relaxed) + 1;
+        source.swept(done, n, part.rows());
+        Ok((entries, strays))
+    })?;
+    let mut chunks = Vec::with_capacity(n + 1);
+    let mut strays: FxHashMap<usize, Part> = FxHashMap::default();
+    for job in jobs {
+        let (entries, s) = job?;
+        chunks.push(entries);
+        for (b, task, group, row) in s {
+            strays
+                .entry(b)
+                .or_insert_with(|| Part::new(groups))
+                .push(task, group, row);
+        }
+    }
+    // A bucket that got rows from another bucket's files is swept again
+    // with them (rare: a task stored twice with different hosts).
+    for (b, extra) in strays {
+        let part = read_bucket(b, &mut Strays::new())?;
+        chunks[b + 1] = sweep_bucket(b, &[&part, &extra]);
+    }
+    Ok(Level4::from_chunks(chunks, Some(source.details()?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_come_back_in_order() {
+        assert_eq!(parallel(100, |j| j * 2).unwrap(), (0..100).map(|j| j * 2).collect::<Vec<_>>());
+        assert!(parallel(0, |j| j).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_panicking_job_is_an_internal_error_not_a_bad_argument() {
+        let r = parallel(8, |j| {
+            if j == 5 {
+                panic!("sweep invariant broken");
+            }
+            j
+        });
+        match r {
+            Err(MethodError::Internal(m)) => assert!(m.contains("sweep invariant broken"), "{m}"),
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! What an analysis explains: the options of method.md section 5 (victim
+//! stages, attribution form, slot blame, window) and the victims they
+//! resolve to in a dataset.
+
+use super::critical_path::critical_path;
+use super::model::{Dataset, Micros};
+use super::sweep::{self, Attribution};
+use crate::MethodError;
+
+/// Which stages of a victim query are explained (001 §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VictimStages {
+    /// The stages on the critical path (section 8), the default.
+    CriticalPath,
+    All,
+    /// One named stage.
+    Stage(String),
+}
+
+/// How slot waits are blamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotBlame {
+    /// On the stages holding the slots (section 5), the default.
+    Direct,
+    /// Passed on to what slowed the slot holders (section 5b).
+    Transitive,
+}
+
+/// What to explain.
+#[derive(Debug, Clone)]
+pub struct BlameOptions {
+    /// Victim query names; `None` means every query that ran in the window.
+    pub victims: Option<Vec<String>>,
+    pub stages: VictimStages,
+    pub attribution: Attribution,
+    pub slots: SlotBlame,
+    pub from: Option<Micros>,
+    pub to: Option<Micros>,
+}
+
+impl Default for BlameOptions {
+    fn default() -> Self {
+        BlameOptions {
+            victims: None,
+            stages: VictimStages::CriticalPath,
+            attribution: Attribution::Window,
+            slots: SlotBlame::Direct,
+            from: None,
+            to: None,
+        }
+    }
+}
+
+/// The victims and their stages resolved against the data.
+#[derive(Debug, Clone)]
+pub struct Victims {
+    pub queries: Vec<u32>,
+    /// Per stage: explained?
+    pub stages: Vec<bool>,
+}
+
+/// The analysis window, all data when unbounded.
+pub fn window(opts: &BlameOptions) -> (Micros, Micros) {
+    (
+        opts.from.unwrap_or(Micros::MIN),
+        opts.to.unwrap_or(Micros::MAX),
+    )
+}
+
+/// Resolves the victim queries and stages.
+pub fn resolve_victims(ds: &Dataset, opts: &BlameOptions) -> Result<Victims, MethodError> {
+    let (from, to) = window(opts);
+    if from >= to {
+        return Err(MethodError::InvalidArgument(
+            "the window is empty: 'from' must be before 'to'".into(),
+        ));
+    }
+    let mut ran = vec![false; ds.queries.len()];
+    for t in &ds.tasks {
+        if sweep::clip(
+            t.ready.unwrap_or(t.launch).min(t.launch),
+            t.finish,
+            from,
+            to,
+        )
+        .is_some()
+        {
+            ran[ds.stage_query(t.stage) as usize] = true;
+        }
+    }
+    let queries: Vec<u32> = match &opts.victims {
+        None => (0..ds.queries.len() as u32)
+            .filter(|q| ran[*q as usize])
+            .collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                ds.queries
+                    .get(n)
+                    .ok_or_else(|| MethodError::UnknownQuery(n.clone()))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut stages = vec![false; ds.stages.len()];
+    for &q in &queries {
+        match &opts.stages {
+            VictimStages::All => {
+                for (i, s) in ds.stages.iter().enumerate() {
+                    if s.query == q {
+                        stages[i] = true;
+                    }
+                }
+            }
+            VictimStages::CriticalPath => {
+                for step in critical_path(ds, q).stages {
+                    stages[step.stage as usize] = true;
+                }
+            }
+            VictimStages::Stage(id) => {
+                let s = ds.stage(q, id).ok_or_else(|| {
+                    MethodError::InvalidArgument(format!(
+                        "query '{}' has no stage '{id}'",
+                        ds.queries.name(q)
+                    ))
+                })?;
+                stages[s as usize] = true;
+            }
+        }
+    }
+    Ok(Victims { queries, stages })
+}

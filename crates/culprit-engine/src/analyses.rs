@@ -1,0 +1,113 @@
+//! The analyses of a [`Snapshot`], as typed rows. Each is CPU work on every
+//! core: call them off the async workers (`spawn_blocking`). Sweeps over a
+//! large store read its files through the current tokio runtime, so they
+//! must run inside one (a blocking thread of it is right).
+
+use culprit_core::method::{
+    self, usecases, BlameOptions, CriticalPath, IqcGraph, Level4, StageRatp, Victims,
+};
+use culprit_core::{MethodError, Resource};
+
+use crate::engine::Snapshot;
+use crate::error::Error;
+
+/// The level-4 blame of an analysis and the victims it explained.
+#[derive(Debug)]
+pub struct Blamed {
+    pub victims: Victims,
+    pub level4: Level4,
+}
+
+impl Snapshot {
+    /// The id of query `name`, or [`MethodError::UnknownQuery`].
+    pub fn query(&self, name: &str) -> Result<u32, Error> {
+        self.ds
+            .queries
+            .get(name)
+            .ok_or_else(|| MethodError::UnknownQuery(name.to_string()).into())
+    }
+
+    /// Level-4 blame (method.md sections 4-5) over the window rows in
+    /// memory or read from the store bucket by bucket.
+    pub fn blame(&self, opts: &BlameOptions) -> Result<Blamed, Error> {
+        let (victims, level4) = match &self.buckets {
+            None => method::blame(&self.ds, opts)?,
+            Some(buckets) => {
+                let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+                    Error::Internal(format!("reading task_windows outside a runtime: {e}"))
+                })?;
+                let reader = buckets.reader(&self.ds, runtime);
+                method::blame_streamed(&self.ds, opts, &reader)?
+            }
+        };
+        Ok(Blamed { victims, level4 })
+    }
+
+    /// Level 6 of each victim with the overlap baselines.
+    pub fn culprits(&self, opts: &BlameOptions) -> Result<Vec<usecases::CulpritRow>, Error> {
+        let b = self.blame(opts)?;
+        Ok(usecases::culprits(
+            &self.ds,
+            &b.victims,
+            &b.level4,
+            method::window(opts),
+        ))
+    }
+
+    /// The iQC-Graph of the victims (section 6).
+    pub fn graph(&self, opts: &BlameOptions) -> Result<(IqcGraph, Level4), Error> {
+        let b = self.blame(opts)?;
+        let g = IqcGraph::build(&self.ds, &b.victims.queries, &b.level4);
+        Ok((g, b.level4))
+    }
+
+    pub fn hot_resources(
+        &self,
+        opts: &BlameOptions,
+    ) -> Result<Vec<usecases::Ranked<Resource>>, Error> {
+        let b = self.blame(opts)?;
+        Ok(usecases::hot_resources(&self.ds, &b.level4))
+    }
+
+    pub fn slow_nodes(
+        &self,
+        opts: &BlameOptions,
+    ) -> Result<Vec<usecases::Ranked<Option<u32>>>, Error> {
+        let b = self.blame(opts)?;
+        Ok(usecases::slow_nodes(&self.ds, &b.level4))
+    }
+
+    pub fn aggressive_queries(
+        &self,
+        opts: &BlameOptions,
+    ) -> Result<Vec<usecases::Aggressor>, Error> {
+        let b = self.blame(opts)?;
+        Ok(usecases::aggressive_queries(&self.ds, &b.level4))
+    }
+
+    pub fn victims(&self, opts: &BlameOptions) -> Result<Vec<usecases::VictimSummary>, Error> {
+        let b = self.blame(opts)?;
+        Ok(usecases::victims(
+            &self.ds,
+            &b.victims,
+            &b.level4,
+            method::window(opts),
+        ))
+    }
+
+    /// The critical path of `query` (section 8).
+    pub fn critical_path(&self, query: &str) -> Result<CriticalPath, Error> {
+        Ok(method::critical_path(&self.ds, self.query(query)?))
+    }
+
+    /// Stage RATP of `query` (section 7). Needs the window rows in memory:
+    /// take the snapshot with `windows`.
+    pub fn stage_ratp(&self, query: &str) -> Result<Vec<StageRatp>, Error> {
+        if self.buckets.is_some() {
+            return Err(Error::Internal(
+                "stage_ratp needs a snapshot with its window rows in memory".into(),
+            ));
+        }
+        Ok(method::stage_ratp(&self.ds, self.query(query)?))
+    }
+}

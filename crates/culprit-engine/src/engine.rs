@@ -1,0 +1,144 @@
+//! Loading the method's dataset from the store, once per manifest version,
+//! shared by every analysis until new data is committed.
+
+use std::sync::Arc;
+
+use culprit_store::layout::HOST_BUCKETS;
+use culprit_core::method::Dataset;
+use culprit_core::Table;
+use culprit_store::{Manifest, Store};
+use futures::{StreamExt, TryStreamExt};
+use tokio::sync::Mutex;
+
+use crate::buckets::StoreBuckets;
+use crate::error::Error;
+
+/// Window rows kept in memory with the dataset, at most (about 48 bytes
+/// each); above, analyses stream them from the store.
+pub const WINDOW_CACHE_ROWS: u64 = 4 << 20;
+
+/// Loads and caches the dataset of a store's newest manifest.
+#[derive(Debug)]
+pub struct Engine {
+    store: Store,
+    window_cache_rows: u64,
+    cache: Mutex<Option<(u64, Snapshot)>>,
+}
+
+/// The dataset of one manifest version, with its window rows in memory or
+/// to be read from the store bucket by bucket. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub ds: Arc<Dataset>,
+    pub(crate) buckets: Option<Arc<StoreBuckets>>,
+}
+
+impl Engine {
+    pub fn new(store: Store) -> Self {
+        Self::with_window_cache(store, WINDOW_CACHE_ROWS)
+    }
+
+    /// An engine that keeps at most `rows` window rows in memory (0: always
+    /// read them from the store).
+    pub fn with_window_cache(store: Store, rows: u64) -> Self {
+        Engine {
+            store,
+            window_cache_rows: rows,
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// The dataset of the newest manifest (cached per version). With
+    /// `windows`, its window rows are in memory even for a large store
+    /// (loaded for this call only, not cached).
+    pub async fn snapshot(&self, windows: bool) -> Result<Snapshot, Error> {
+        let manifest = self.store.manifest().await?;
+        let mut cache = self.cache.lock().await;
+        let snapshot = match cache.as_ref() {
+            Some((v, snapshot)) if *v == manifest.version => snapshot.clone(),
+            _ => {
+                let whole = manifest.rows_of(Table::TaskWindows) <= self.window_cache_rows;
+                let ds = Arc::new(self.read(&manifest, whole).await?);
+                let buckets = (!whole).then(|| {
+                    Arc::new(StoreBuckets::new(
+                        self.store.clone(),
+                        manifest.clone(),
+                        &ds,
+                        HOST_BUCKETS as usize,
+                    ))
+                });
+                let snapshot = Snapshot { ds, buckets };
+                *cache = Some((manifest.version, snapshot.clone()));
+                snapshot
+            }
+        };
+        drop(cache);
+        if windows && snapshot.buckets.is_some() {
+            return Ok(Snapshot {
+                ds: Arc::new(self.read(&manifest, true).await?),
+                buckets: None,
+            });
+        }
+        Ok(snapshot)
+    }
+
+    /// Reads the tables of `manifest`; the window rows only if `windows`.
+    async fn read(&self, manifest: &Manifest, windows: bool) -> Result<Dataset, Error> {
+        let started = std::time::Instant::now();
+        let mut ds = Dataset::new();
+        // Host rows decode on another worker meanwhile (they need no tasks).
+        let host_rows = {
+            let (store, manifest) = (self.store.clone(), manifest.clone());
+            tokio::spawn(async move { store.read_table(&manifest, Table::HostWindows, None).await })
+        };
+        // Tasks first: window rows name them. Batches are folded in as they
+        // stream, so memory holds the dataset plus a few batches.
+        let mut tasks = self.store.scan_table(manifest, Table::Tasks, None);
+        while let Some(b) = tasks.try_next().await? {
+            ds.add_tasks(&b);
+        }
+        let mut stages = self.store.scan_table(manifest, Table::Stages, None);
+        while let Some(b) = stages.try_next().await? {
+            ds.add_stages(&b);
+        }
+        if windows {
+            ds.reserve_windows(manifest.rows_of(Table::TaskWindows) as usize);
+            // The biggest table: decode on another worker while this one
+            // folds batches in, so both cores work.
+            let mut rows = self.store.scan_table(manifest, Table::TaskWindows, None);
+            let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+            let decoder = tokio::spawn(async move {
+                while let Some(b) = rows.next().await {
+                    let failed = b.is_err();
+                    if tx.send(b).await.is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            while let Some(b) = rx.recv().await {
+                ds.add_task_windows(&b?);
+            }
+            decoder
+                .await
+                .map_err(|e| Error::Internal(format!("loading task_windows: {e}")))?;
+        }
+        let host_rows = host_rows
+            .await
+            .map_err(|e| Error::Internal(format!("loading host_windows: {e}")))??;
+        for b in &host_rows {
+            ds.add_host_windows(b);
+        }
+        log::info!(
+            "loaded store version {} for the method in {:.2} s ({} tasks, window rows {})",
+            manifest.version,
+            started.elapsed().as_secs_f64(),
+            ds.tasks.len(),
+            if windows {
+                "in memory"
+            } else {
+                "streamed per analysis"
+            }
+        );
+        Ok(ds)
+    }
+}

@@ -1,0 +1,23 @@
+//! The engine: the one place that loads the method's data from the store
+//! and runs its analyses, returning typed rows. Below it, `culprit-core`
+//! (the pure method, no I/O) and `culprit-store` (the layout and the
+//! files); above it, `culprit-sql`, which only adapts these rows to SQL
+//! functions.
+//!
+//! The dataset of a manifest version is loaded once and shared by every
+//! call until new data is committed ([`Engine::snapshot`]). A small store is
+//! kept whole in memory; above [`WINDOW_CACHE_ROWS`] window rows only the
+//! tasks, stages and host rows are kept, and each analysis reads
+//! `task_windows` one host bucket at a time (`buckets.rs`), so memory holds
+//! the rows of a few hosts, never the table.
+
+mod analyses;
+mod buckets;
+mod engine;
+mod error;
+
+pub use analyses::Blamed;
+pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};
+pub use error::Error;
+
+pub use culprit_core::method;

@@ -1,0 +1,55 @@
+//! `aggressive_queries([from [, to]] [, options])`: queries by the sum of
+//! their DOR over the other queries they slowed (000 appendix E, use-case
+//! "aggressive queries"; method.md section 6).
+
+use culprit_core::method::BlameOptions;
+use culprit_engine::Snapshot;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+
+use super::args::Args;
+use super::rows::{schema, Cell, Out, Ty};
+use super::table_function::{Rows, TableFunction};
+use crate::error::in_function;
+
+pub struct AggressiveQueries {
+    opts: BlameOptions,
+}
+
+impl TableFunction for AggressiveQueries {
+    const NAME: &'static str = "aggressive_queries";
+    const SIGNATURE: &'static str =
+        "aggressive_queries([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+
+    fn schema() -> SchemaRef {
+        schema(&[
+            ("culprit_query", Ty::Text),
+            ("blame_seconds", Ty::Float),
+            ("dor_sum", Ty::Float),
+            ("victims", Ty::Int),
+        ])
+    }
+
+    fn plan(args: &Args) -> Result<Self> {
+        Ok(AggressiveQueries {
+            opts: args.window_call(Self::SIGNATURE)?,
+        })
+    }
+
+    fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
+        let ds = &snapshot.ds;
+        let rows = snapshot
+            .aggressive_queries(&self.opts)
+            .map_err(in_function(Self::NAME))?;
+        let mut out = Out::new(Self::schema(), rows.len());
+        for r in rows {
+            out.row(vec![
+                Cell::S(Some(ds.queries.name(r.query))),
+                Cell::F(Some(r.seconds)),
+                Cell::F(Some(r.dor_sum)),
+                Cell::I(Some(r.victims as i64)),
+            ]);
+        }
+        out.finish().map(Rows::one)
+    }
+}

@@ -1,0 +1,67 @@
+//! `culprits(victim [, from [, to]] [, options])`: level 6 of the
+//! iQC-Graph per victim, who slowed it and how much (seconds and DOR), with
+//! the naive and deep overlap baselines beside (method.md section 6; 000
+//! §4.2, §6.1). Queries that only overlapped the victim are listed with 0
+//! seconds, so overlap's misleads show.
+
+use culprit_core::method::BlameOptions;
+use culprit_engine::Snapshot;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+
+use super::args::Args;
+use super::rows::{schema, Cell, Out, Ty};
+use super::table_function::{Rows, TableFunction};
+use crate::error::in_function;
+
+pub struct Culprits {
+    opts: BlameOptions,
+}
+
+impl TableFunction for Culprits {
+    const NAME: &'static str = "culprits";
+    const SIGNATURE: &'static str = "culprits(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+
+    fn schema() -> SchemaRef {
+        culprits_schema()
+    }
+
+    fn plan(args: &Args) -> Result<Self> {
+        Ok(Culprits {
+            opts: args.victim_call(Self::SIGNATURE)?,
+        })
+    }
+
+    fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
+        let ds = &snapshot.ds;
+        let rows = snapshot
+            .culprits(&self.opts)
+            .map_err(in_function(Self::NAME))?;
+        let mut out = Out::new(culprits_schema(), rows.len());
+        for r in rows {
+            out.row(vec![
+                Cell::S(Some(ds.queries.name(r.victim))),
+                Cell::S(Some(r.kind.name())),
+                Cell::S(r.culprit_query.map(|q| ds.queries.name(q))),
+                Cell::F(Some(r.seconds)),
+                Cell::F(r.dor),
+                Cell::F(r.naive_overlap),
+                Cell::F(r.deep_overlap),
+            ]);
+        }
+        out.finish().map(Rows::one)
+    }
+}
+
+fn culprits_schema() -> SchemaRef {
+    schema(&[
+        ("victim_query", Ty::Text),
+        ("culprit_kind", Ty::Text),
+        ("culprit_query", Ty::Text),
+        ("blame_seconds", Ty::Float),
+        ("dor", Ty::Float),
+        ("naive_overlap_seconds", Ty::Float),
+        ("deep_overlap_seconds", Ty::Float),
+    ])
+}
+
