@@ -2,14 +2,21 @@
 
 pub mod blame;
 pub mod critical_path;
+pub mod estimate;
 pub mod graph;
 pub mod model;
 pub mod overlap;
 pub mod stage_ratp;
+pub mod skew;
 pub mod sweep;
+pub mod stragglers;
+pub mod task_times;
+pub mod what_if;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_papers;
 
 pub use blame::{
     blame, blame_with, parallel, slot_entries, sweep_part, BlameOptions, Culprit, Entry, Level4,
