@@ -133,8 +133,8 @@ pub fn boe_task(
 }
 
 /// The BOE time of a map task (method.md §11, 003 Proposition 1, eq. 3):
-/// `t_load + max(B / (mu_dfsr * theta_dfsr), B / (mu_cpu * theta_map))
-/// + alpha_m * B / (mu_dw * theta_dw)`, with `mu_dfsr = mu_dw = 1 / delta`
+/// `t_load + max(B / (mu_dfsr * theta_dfsr), B / (mu_cpu * theta_map)) +
+/// alpha_m * B / (mu_dw * theta_dw)`, with `mu_dfsr = mu_dw = 1 / delta`
 /// and `mu_cpu = min(n_cores / delta, 1)`. Amounts in any unit, throughputs
 /// in that unit per second. Worked example 6: B = 128, t_load = 1,
 /// theta_dfsr = theta_dw = 100, theta_map = 20, n_cores = 6, alpha_m = 0.5
@@ -214,7 +214,7 @@ pub fn calibrate(ds: &Dataset) -> Thetas {
     let best = |f: &dyn Fn(&TaskTimes) -> f64| {
         times
             .iter()
-            .filter(|t| t.duration > 0.0 && f(*t) > 0.0)
+            .filter(|t| t.duration > 0.0 && f(t) > 0.0)
             .map(|t| f(t) / t.duration)
             .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))))
     };
@@ -312,7 +312,7 @@ pub fn normal_quantile(p: f64) -> f64 {
         -3.969683028665376e+01,
         2.209460984245205e+02,
         -2.759285104469687e+02,
-        1.383577518672690e+02,
+        1.38357751867269e+02,
         -3.066479806614716e+01,
         2.506628277459239e+00,
     ];
@@ -498,7 +498,7 @@ pub fn estimate(
         let n = ts.len();
         let delta = (slots.min(n.div_ceil(hosts))).max(1) as f64;
         let mean_of =
-            |f: &dyn Fn(&TaskTimes) -> f64| ts.iter().map(|t| f(*t)).sum::<f64>() / n as f64;
+            |f: &dyn Fn(&TaskTimes) -> f64| ts.iter().map(|t| f(t)).sum::<f64>() / n as f64;
         let mut mean = *ts[0];
         mean.cpu_seconds = mean_of(&|t| t.cpu_seconds);
         mean.input_bytes = mean_of(&|t| t.input_bytes);

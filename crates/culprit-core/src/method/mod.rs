@@ -6,10 +6,10 @@ pub mod estimate;
 pub mod graph;
 pub mod model;
 pub mod overlap;
-pub mod stage_ratp;
 pub mod skew;
-pub mod sweep;
+pub mod stage_ratp;
 pub mod stragglers;
+pub mod sweep;
 pub mod task_times;
 pub mod what_if;
 
