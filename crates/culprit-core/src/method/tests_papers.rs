@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::model::{Dataset, Totals};
 use super::stragglers::{stragglers, StragglerCause};
-use super::what_if::{what_if, what_if_all, WhatIfResource};
+use super::what_if::{simulate, what_if, what_if_all, WhatIfResource};
 use crate::{MethodError, Resource};
 
 const S: i64 = 1_000_000; // one second in microseconds
@@ -826,4 +826,112 @@ fn skewed_tasks_by_records_or_bytes() {
         skewed_tasks(&ds, "X", &records, 1.5),
         Err(MethodError::UnknownQuery(_))
     ));
+}
+
+#[test]
+fn what_if_graham_anomaly_never_slows_a_query() {
+    // 2 slots; in launch order t0, t1 (stage 2, after stage 0), t2 (stage
+    // 0), t3, t4 (stage 1); 3, 2, 3, 1, 7 s; t2 blocked 2 s and t4 1 s on
+    // the network. Greedy replays by hand: the original takes 8 s (t2 and t3
+    // at 0, t4 at 1-8, t0 at 3-6, t1 at 6-8), the shortened one 9 s (t2, t3
+    // at 0-1, then t0 and t1 take both slots and t4 runs 3-9). Keeping the
+    // original slot order instead: t2, t0, t1 end at 1, 4, 6; t3, t4 at 1, 7.
+    let mut ds = Dataset::new();
+    let net = |b: f64| Totals {
+        network_blocked: b,
+        ..Totals::default()
+    };
+    ds.add_task("t0", "Q", "2", "h", 0, 3 * S, None, net(0.0));
+    ds.add_task("t1", "Q", "2", "h", S, 3 * S, None, net(0.0));
+    ds.add_task("t2", "Q", "0", "h", 3 * S, 6 * S, None, net(2.0));
+    ds.add_task("t3", "Q", "1", "h", 4 * S, 5 * S, None, net(0.0));
+    ds.add_task("t4", "Q", "1", "h", 5 * S, 12 * S, None, net(1.0));
+    ds.set_parents("Q", "2", &["0"]);
+    let r = &what_if(&ds, "Q", Some(WhatIfResource::Network), None, None).unwrap()[0];
+    assert_eq!(r.slots, 2);
+    assert_eq!(r.original_seconds, 8.0);
+    assert_eq!(r.without_seconds, 7.0);
+    assert_eq!(r.improvement, 0.125);
+    // The greedy replay alone would report a slowdown.
+    let st = |id: &str| ds.stage(ds.queries.get("Q").unwrap(), id).unwrap();
+    let stages = [st("2"), st("2"), st("0"), st("1"), st("1")];
+    let parents: rustc_hash::FxHashMap<u32, Vec<u32>> = [(st("2"), vec![st("0")])].into_iter().collect();
+    let greedy = simulate(&stages, &parents, &[3.0, 2.0, 1.0, 1.0, 6.0], 2).unwrap();
+    assert_eq!(greedy.makespan, 9.0);
+    let original = simulate(&stages, &parents, &[3.0, 2.0, 3.0, 1.0, 7.0], 2).unwrap();
+    assert_eq!(original.makespan, 8.0);
+    assert_eq!(original.start, vec![3.0, 6.0, 0.0, 0.0, 1.0]);
+}
+
+/// A random query over four stages with random parents (lower stages only),
+/// random launches and durations, and blocked fractions below 1.
+#[derive(Debug, Clone)]
+struct DagTask {
+    stage: u8,
+    launch: i64,
+    ticks: i64,
+    blocked: [u8; 5],
+}
+
+fn dag_task() -> impl Strategy<Value = DagTask> {
+    (
+        0u8..4,
+        0i64..400,
+        1i64..200,
+        proptest::array::uniform5(0u8..100),
+    )
+        .prop_map(|(stage, launch, ticks, blocked)| DagTask {
+            stage,
+            launch,
+            ticks,
+            blocked,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn improvement_in_unit_interval_any_dag(
+        tasks in proptest::collection::vec(dag_task(), 1..30),
+        edges in proptest::array::uniform6(any::<bool>()),
+        gc in any::<bool>(),
+    ) {
+        let mut ds = Dataset::new();
+        for (i, t) in tasks.iter().enumerate() {
+            let dur = (t.ticks * TICK) as f64 / 1e6;
+            let b = |j: usize| dur * t.blocked[j] as f64 / 100.0;
+            let totals = Totals {
+                cpu_blocked: b(0),
+                disk_read_blocked: b(1),
+                disk_write_blocked: b(2),
+                network_blocked: b(3),
+                scheduler_delay: b(4),
+                gc_seconds: if gc { b(0) / 2.0 } else { 0.0 },
+                input_bytes: 100.0 + i as f64,
+                ..Totals::default()
+            };
+            let l = t.launch * TICK;
+            ds.add_task(&format!("t{i}"), "Q", &t.stage.to_string(), "h", l, l + t.ticks * TICK, None, totals);
+        }
+        // Parents among lower stages: (1<-0), (2<-0), (2<-1), (3<-0), (3<-1), (3<-2).
+        let pairs = [(1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)];
+        for s in 1..4u8 {
+            let ps: Vec<String> = pairs
+                .iter()
+                .zip(edges)
+                .filter(|((c, _), e)| *c == s && *e)
+                .map(|((_, p), _)| p.to_string())
+                .collect();
+            let ps: Vec<&str> = ps.iter().map(|p| p.as_str()).collect();
+            ds.set_parents("Q", &s.to_string(), &ps);
+        }
+        for r in what_if(&ds, "Q", None, None, None).unwrap() {
+            prop_assert!(r.improvement >= 0.0 && r.improvement < 1.0, "{:?}", r);
+            prop_assert!(r.without_seconds <= r.original_seconds);
+            if !gc && r.resource == WhatIfResource::Gc {
+                prop_assert_eq!(r.without_seconds, r.original_seconds);
+            }
+        }
+    }
 }
