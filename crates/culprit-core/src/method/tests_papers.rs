@@ -935,3 +935,60 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn stragglers_from_the_tasks_table() {
+    use crate::batches::{TableBuilder, V};
+    use crate::Table;
+    // Stage 0: four 100 MB map tasks of 10, 10, 10, 25 s, the last one
+    // waiting 15 s for the scheduler. Stage 1: four 50 MB reduce tasks of 5,
+    // 5, 5, 12 s, the last one waiting 7 s for shuffle blocks. Read from an
+    // interchange `tasks` table.
+    let mut b = TableBuilder::new(Table::Tasks, 8);
+    let rows: [(&str, &str, i64, &str, f64, f64, f64); 8] = [
+        ("m0", "0", 10, "input_bytes", 100.0, 0.0, 0.0),
+        ("m1", "0", 10, "input_bytes", 100.0, 0.0, 0.0),
+        ("m2", "0", 10, "input_bytes", 100.0, 0.0, 0.0),
+        ("m3", "0", 25, "input_bytes", 100.0, 15.0, 0.0),
+        ("r0", "1", 5, "shuffle_read_bytes", 50.0, 0.0, 0.0),
+        ("r1", "1", 5, "shuffle_read_bytes", 50.0, 0.0, 0.0),
+        ("r2", "1", 5, "shuffle_read_bytes", 50.0, 0.0, 0.0),
+        ("r3", "1", 12, "shuffle_read_bytes", 50.0, 0.0, 7.0),
+    ];
+    for (id, stage, secs, col, mb, sched, net) in rows {
+        b.row(&[
+            ("task_id", V::S(id)),
+            ("query_id", V::S("Q")),
+            ("stage_id", V::S(stage)),
+            ("host", V::S(id)),
+            ("launch_time", V::T(0)),
+            ("finish_time", V::T(secs * S)),
+            (col, V::F(mb * MB)),
+            ("scheduler_delay", V::F(sched)),
+            ("network_blocked", V::F(net)),
+        ]);
+    }
+    let ds = Dataset::from_batches(&[], &[b.finish()], &[], &[]);
+    let m3 = ds.task("m3").unwrap();
+    assert_eq!(ds.tasks[m3 as usize].totals.scheduler_delay, 15.0);
+    assert_eq!(ds.task_names()[m3 as usize], "m3");
+    let rows = stragglers(&ds, "Q", None, None).unwrap();
+    let got: Vec<(&str, &str, &Vec<StragglerCause>)> = rows
+        .iter()
+        .map(|r| (r.stage.as_str(), r.task.as_str(), &r.causes))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("0", "m3", &vec![StragglerCause::SchedulerDelay]),
+            ("1", "r3", &vec![StragglerCause::ShuffleRead]),
+        ]
+    );
+    assert!(close(rows[1].rate, 12.0 / (50.0 * MB)));
+    assert!(close(rows[1].stage_median, 5.0 / (50.0 * MB)));
+    // What-if without scheduler delay: m3 takes 10 s; eight slots, stages
+    // unrelated: 25 s become 12 s (r3).
+    let r = &what_if(&ds, "Q", Some(WhatIfResource::SchedulerDelay), None, None).unwrap()[0];
+    assert_eq!(r.slots, 8);
+    assert_eq!((r.original_seconds, r.without_seconds), (25.0, 12.0));
+}
