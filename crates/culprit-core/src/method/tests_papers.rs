@@ -992,3 +992,66 @@ fn stragglers_from_the_tasks_table() {
     assert_eq!(r.slots, 8);
     assert_eq!((r.original_seconds, r.without_seconds), (25.0, 12.0));
 }
+
+/// The test's own straggler rule: rate above 1.5 times the stage median.
+fn own_stragglers(durs: &[f64], bytes: &[f64]) -> Vec<bool> {
+    let mut rates: Vec<f64> = durs.iter().zip(bytes).map(|(d, b)| d / b).collect();
+    let all = rates.clone();
+    rates.sort_by(f64::total_cmp);
+    let n = rates.len();
+    let m = if n % 2 == 1 {
+        rates[n / 2]
+    } else {
+        (rates[n / 2 - 1] + rates[n / 2]) / 2.0
+    };
+    all.iter().map(|r| *r > 1.5 * m).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Stragglers and their GC cause match a direct reading of §9.
+    #[test]
+    fn stragglers_match_the_rule(
+        tasks in proptest::collection::vec((1i64..100, 1u32..50, 0u8..100), 1..20),
+    ) {
+        let mut ds = Dataset::new();
+        let mut durs = Vec::new();
+        let mut bytes = Vec::new();
+        let mut gcs = Vec::new();
+        for (i, (ticks, mb, gc)) in tasks.iter().enumerate() {
+            let d = (ticks * TICK) as f64 / 1e6;
+            let g = d * *gc as f64 / 100.0;
+            let totals = Totals {
+                input_bytes: *mb as f64 * MB,
+                gc_seconds: g,
+                ..Totals::default()
+            };
+            ds.add_task(&format!("t{i}"), "Q", "0", &format!("h{i}"), 0, ticks * TICK, None, totals);
+            durs.push(d);
+            bytes.push(*mb as f64 * MB);
+            gcs.push(g);
+        }
+        let want = own_stragglers(&durs, &bytes);
+        let without_gc: Vec<f64> = durs.iter().zip(&gcs).map(|(d, g)| d - g).collect();
+        let gc_want = own_stragglers(&without_gc, &bytes);
+        let rows = stragglers(&ds, "Q", None, None).unwrap();
+        let got: Vec<String> = rows.iter().map(|r| r.task.clone()).collect();
+        let expected: Vec<String> = (0..tasks.len())
+            .filter(|&i| want[i])
+            .map(|i| format!("t{i}"))
+            .collect();
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        let mut expected_sorted = expected.clone();
+        expected_sorted.sort();
+        prop_assert_eq!(got_sorted, expected_sorted);
+        for r in &rows {
+            let i: usize = r.task[1..].parse().unwrap();
+            prop_assert_eq!(r.causes.contains(&StragglerCause::Gc), !gc_want[i], "{:?}", r);
+            // One task per host, all launched at once: every task is a first
+            // task, and among the first tasks it is still a straggler.
+            prop_assert!(!r.causes.contains(&StragglerCause::FirstTask));
+        }
+    }
+}
