@@ -83,8 +83,9 @@ fn finite_pos(name: &str, x: f64) -> Result<f64, MethodError> {
 }
 
 /// The share of a node's throughput one of `delta` parallel tasks gets
-/// (003 eq. 3-5): `1 / delta` for disk and network, `min(n_cores / delta, 1)`
-/// for the CPU (a task uses at most one core).
+/// (method.md §11, 003 eq. 3-5): `1 / delta` for disk and network,
+/// `min(n_cores / delta, 1)` for the CPU (a task uses at most one core).
+/// For positive `delta` and `n_cores` ([`boe_task`] checks them).
 pub fn mu(resource: BoeResource, delta: f64, n_cores: f64) -> f64 {
     match resource {
         BoeResource::Cpu => (n_cores / delta).min(1.0),
@@ -182,8 +183,8 @@ pub struct Thetas {
     pub solo_tasks: usize,
 }
 
-/// Calibrates the throughputs from the tasks that ran with nothing else on
-/// their host (no other task of any query overlapping them there): a solo
+/// Calibrates the throughputs (method.md §11; 003 §4.2's profiling of
+/// `theta`) from the tasks that ran with nothing else on their host (no other task of any query overlapping them there): a solo
 /// task has the whole node (`delta = 1`, `mu = 1`), so `D_X / duration` is at
 /// most `theta_X`, with equality when `X` was its bottleneck; the largest
 /// such rate over the solo tasks is taken. `None` for a resource no solo
@@ -306,8 +307,12 @@ pub struct Estimate {
 }
 
 /// The inverse of the standard normal distribution function (Acklam's
-/// rational approximation, relative error below 1.2e-9), for `0 < p < 1`.
+/// rational approximation, relative error below 1.2e-9), for `0 < p < 1`;
+/// -inf / +inf at 0 / 1 and beyond, NaN for NaN.
 pub fn normal_quantile(p: f64) -> f64 {
+    if p.is_nan() {
+        return f64::NAN;
+    }
     const A: [f64; 6] = [
         -3.969683028665376e+01,
         2.209460984245205e+02,
@@ -360,7 +365,7 @@ pub fn normal_quantile(p: f64) -> f64 {
 
 /// The expected largest of `k` independent standard normal variables, by
 /// Blom's approximation `Phi^-1((k - 0.375) / (k + 0.25))` (0 for `k <= 1`):
-/// the `lambda` of 003 eq. 15, the last order statistic.
+/// the `lambda` of 003 §6 eq. 15 (method.md §11), the last order statistic.
 pub fn expected_max_normal(k: usize) -> f64 {
     if k <= 1 {
         return 0.0;

@@ -2,6 +2,23 @@
 //! the bottleneck estimate (§11, seed 003) share: each task's run time, its
 //! blocked seconds per cause and its data amounts, from its window rows when
 //! it has some, else from its totals (the `tasks` table).
+//!
+//! Where each figure comes from (interchange `tasks` column / `task_windows`
+//! rows; what the Spark event-log translation puts there):
+//!
+//! | figure | tasks column | task_windows | Spark TaskEnd |
+//! |---|---|---|---|
+//! | duration | `finish_time - launch_time` | | Launch Time, Finish Time |
+//! | cpu blocked (what-if `cpu`) | `max(cpu_blocked, gc_seconds)` | `cpu`: `max(blocked, gc)` per row | run - CPU - fetch wait - shuffle write time |
+//! | disk read blocked (`disk_read`, straggler cause) | `disk_read_blocked` | `disk_read` blocked | none (Spark does not time input reads) |
+//! | disk write blocked (`disk_write`, cause shuffle write) | `disk_write_blocked` | `disk_write` blocked | Shuffle Write Time |
+//! | network blocked (`network`, cause shuffle read) | `network_blocked` | `network` blocked | Fetch Wait Time |
+//! | GC (`gc`, cause GC) | `gc_seconds` | `cpu` gc | JVM GC Time |
+//! | scheduler delay (`scheduler_delay`, cause) | `scheduler_delay` | (totals only) | duration - run - deserialize - result serialization - getting result |
+//! | bytes read (progress rate) | `input_bytes + shuffle_read_bytes` | `disk_read` + `network` acquired | Input Bytes Read, Shuffle Remote + Local Bytes Read |
+//! | bytes written (output skew, BOE write) | `output_bytes + shuffle_write_bytes` | `disk_write` acquired | Output Bytes Written, Shuffle Bytes Written |
+//! | CPU demand (BOE, skewed tasks) | `cpu_seconds` | `cpu` acquired | Executor CPU Time |
+//! | first task | `host`, `launch_time`, `finish_time` | | Host |
 
 use rustc_hash::FxHashMap;
 

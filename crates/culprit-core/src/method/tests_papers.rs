@@ -855,7 +855,8 @@ fn what_if_graham_anomaly_never_slows_a_query() {
     // The greedy replay alone would report a slowdown.
     let st = |id: &str| ds.stage(ds.queries.get("Q").unwrap(), id).unwrap();
     let stages = [st("2"), st("2"), st("0"), st("1"), st("1")];
-    let parents: rustc_hash::FxHashMap<u32, Vec<u32>> = [(st("2"), vec![st("0")])].into_iter().collect();
+    let parents: rustc_hash::FxHashMap<u32, Vec<u32>> =
+        [(st("2"), vec![st("0")])].into_iter().collect();
     let greedy = simulate(&stages, &parents, &[3.0, 2.0, 1.0, 1.0, 6.0], 2).unwrap();
     assert_eq!(greedy.makespan, 9.0);
     let original = simulate(&stages, &parents, &[3.0, 2.0, 3.0, 1.0, 7.0], 2).unwrap();

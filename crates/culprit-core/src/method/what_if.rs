@@ -140,7 +140,7 @@ impl Ord for F {
     }
 }
 
-/// Replays tasks as 004 §2.3.2 does: `slots` slots, tasks taken in their
+/// Replays tasks as method.md §9 and 004 §2.3.2 (figure 2) do: `slots` slots, tasks taken in their
 /// given order (the original launch order), each started as soon as a slot is
 /// free and every task of its stage's parents has ended; the free slot with
 /// the smallest number is taken. `stages[i]` is task `i`'s stage, `parents`
@@ -313,7 +313,7 @@ pub fn max_concurrency(spans: impl IntoIterator<Item = (Micros, Micros)>) -> usi
 
 /// The durations of `tasks` with every task's inverse progress rate
 /// (duration / bytes read) above its stage's median set to the median
-/// (004 §5.1). Tasks that read nothing keep their duration.
+/// (method.md §9, 004 §5.1). Tasks that read nothing keep their duration.
 pub fn straggler_durations(tasks: &[TaskTimes]) -> Vec<f64> {
     let mut by_stage: FxHashMap<u32, Vec<f64>> = FxHashMap::default();
     for t in tasks {
@@ -431,8 +431,8 @@ pub fn what_if(
     what_if_tasks(ds, query, &tasks, &parents, &resources)
 }
 
-/// The cluster-wide what-if over every query with a task launched in
-/// `[from, to)` (004 figures 3-6): one row per query and resource, and one
+/// The cluster-wide what-if (method.md §9, 004 §2.3 and figures 3-6): the
+/// what-if of every query with a task launched in `[from, to)`: one row per query and resource, and one
 /// row per resource for the window as a whole, named `*`, whose times are the
 /// sums over the queries (`improvement = 1 - sum without / sum original`).
 pub fn what_if_all(
