@@ -280,10 +280,11 @@ pub struct EstimateStage {
     pub bottleneck: Option<BoeResource>,
     /// The widening of the last wave by skew (003 §6): `lambda_k * sigma`.
     pub skew_seconds: f64,
-    /// `waves * task_seconds + skew_seconds`.
+    /// `end_seconds - start_seconds`: `waves * task_seconds + skew_seconds`
+    /// for a stage that has the cluster to itself.
     pub stage_seconds: f64,
     /// Estimated start and end, seconds from the query's start (a stage
-    /// starts when its parents have ended).
+    /// starts when its parents have ended and slots are free).
     pub start_seconds: f64,
     pub end_seconds: f64,
     /// First launch to last finish of its tasks.
@@ -418,10 +419,14 @@ fn demands(t: &TaskTimes, th: &Thetas, theta_cpu: f64) -> Vec<Vec<Demand>> {
 /// such times, plus, with `skew`, the widening of its last wave of `k` tasks
 /// by `lambda_k * sigma` (003 §6, eq. 15), `sigma` the standard deviation of
 /// the tasks' own BOE times and `lambda_k` the expected largest of `k`
-/// standard normals. Stages start when their parents end (003 alg. 1's state
-/// sequence, with the query alone on the cluster; sibling stages running at
-/// once are assumed not to share nodes); the query's estimate is the last
-/// stage end.
+/// standard normals. The states follow each other as in 003 alg. 1: the
+/// stages' tasks (each its stage's BOE time, the last one widened by the
+/// skew) are replayed on the `hosts * slots` slots of the idle cluster,
+/// stages gated by their parents and sharing the slots first come first
+/// served in order of their observed start (Spark's FIFO pool; 003's DRF
+/// gives the same shares for tasks asking the same resources). Not modelled:
+/// sibling stages' tasks on one node slowing each other (each stage's
+/// `delta` counts its own tasks only). The query's estimate is the last end.
 pub fn estimate(
     ds: &Dataset,
     query: &str,
@@ -539,37 +544,42 @@ pub fn estimate(
                 task_seconds: task.seconds,
                 bottleneck: task.bottleneck,
                 skew_seconds,
-                stage_seconds: waves as f64 * task.seconds + skew_seconds,
+                stage_seconds: 0.0,
                 start_seconds: 0.0,
                 end_seconds: 0.0,
                 observed_seconds: secs(f - l),
             },
         );
     }
-    // Stage starts: after the parents' ends (a topological pass; a cycle is
-    // an error).
-    let mut end: FxHashMap<u32, f64> = FxHashMap::default();
-    let mut left: Vec<u32> = stage_ids.clone();
-    while !left.is_empty() {
-        let before = left.len();
-        left.retain(|s| {
-            let ps = &parents[s];
-            if ps.iter().all(|p| end.contains_key(p)) {
-                let start = ps.iter().map(|p| end[p]).fold(0.0, f64::max);
-                let r = rows.get_mut(s).expect("stage row");
-                r.start_seconds = start;
-                r.end_seconds = start + r.stage_seconds;
-                end.insert(*s, r.end_seconds);
-                false
-            } else {
-                true
-            }
-        });
-        if left.len() == before {
-            return Err(MethodError::InvalidArgument(
-                "stage parents form a cycle".into(),
-            ));
+    // The states in sequence (003 alg. 1): replay the stages' tasks, each
+    // taking its stage's BOE time (the last one widened by the skew), on the
+    // cluster's slots, stages in order of their observed start sharing the
+    // slots first come first served, each gated by its parents.
+    let mut task_stage: Vec<u32> = Vec::with_capacity(tasks.len());
+    let mut durations: Vec<f64> = Vec::with_capacity(tasks.len());
+    for &s in &stage_ids {
+        let r = &rows[&s];
+        for i in 0..r.tasks {
+            task_stage.push(s);
+            let last = i + 1 == r.tasks;
+            durations.push(r.task_seconds + if last { r.skew_seconds } else { 0.0 });
         }
+    }
+    let sched = super::what_if::simulate(&task_stage, &parents, &durations, hosts * slots)?;
+    let mut end: FxHashMap<u32, f64> = FxHashMap::default();
+    for (i, &s) in task_stage.iter().enumerate() {
+        let r = rows.get_mut(&s).expect("stage row");
+        if end.contains_key(&s) {
+            r.start_seconds = r.start_seconds.min(sched.start[i]);
+            r.end_seconds = r.end_seconds.max(sched.end[i]);
+        } else {
+            r.start_seconds = sched.start[i];
+            r.end_seconds = sched.end[i];
+        }
+        end.insert(s, r.end_seconds);
+    }
+    for r in rows.values_mut() {
+        r.stage_seconds = r.end_seconds - r.start_seconds;
     }
     let estimated = end.values().copied().fold(0.0, f64::max);
     let observed = match (

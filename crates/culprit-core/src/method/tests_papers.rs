@@ -1056,3 +1056,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn estimate_sibling_stages_share_the_slots() {
+    use super::estimate::{estimate, EstimateOptions};
+    // Stages A and B, no parents, 4 tasks each of 100 MB on 2 hosts with 2
+    // slots: alone, each takes one wave of 0.5 + 100 MB / (100 MB/s / 2) =
+    // 2.5 s; A (observed first) takes the 4 slots 0-2.5 s, then B 2.5-5 s.
+    let mut ds = Dataset::new();
+    for (stage, at) in [("A", 0), ("B", 10 * S)] {
+        for i in 0..4 {
+            let t = Totals {
+                input_bytes: 100.0 * MB,
+                ..Totals::default()
+            };
+            let host = format!("h{}", i % 2);
+            ds.add_task(
+                &format!("{stage}{i}"),
+                "Q",
+                stage,
+                &host,
+                at,
+                at + 10 * S,
+                None,
+                t,
+            );
+        }
+    }
+    let opts = EstimateOptions {
+        theta_disk_read: Some(100.0 * MB),
+        theta_network: Some(MB),
+        theta_disk_write: Some(MB),
+        t_load: Some(0.5),
+        ..EstimateOptions::default()
+    };
+    let e = estimate(&ds, "Q", &opts).unwrap();
+    assert_eq!((e.hosts, e.slots_per_host), (2, 2));
+    let (a, b) = (&e.stages[0], &e.stages[1]);
+    assert_eq!((a.stage.as_str(), b.stage.as_str()), ("A", "B"));
+    assert!(close(a.task_seconds, 2.5) && close(b.task_seconds, 2.5));
+    assert!(close(a.end_seconds, 2.5));
+    assert!(close(b.start_seconds, 2.5) && close(b.end_seconds, 5.0));
+    assert!(close(e.estimated_seconds, 5.0));
+    assert!(close(e.observed_seconds, 20.0));
+    // A cycle of parents is an error.
+    ds.set_parents("Q", "A", &["B"]);
+    ds.set_parents("Q", "B", &["A"]);
+    assert!(matches!(
+        estimate(&ds, "Q", &opts),
+        Err(MethodError::InvalidArgument(_))
+    ));
+}
