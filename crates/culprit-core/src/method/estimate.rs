@@ -524,8 +524,11 @@ pub fn estimate(
                 .map(|t| boe_task(t_load, &demands(t, &thetas, theta_cpu), delta, n_cores))
                 .map(|r| r.map(|r| r.seconds))
                 .collect::<Result<_, _>>()?;
-            let m = each.iter().sum::<f64>() / n as f64;
-            let var = each.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
+            // Shifted by the first time, so identical tasks have exactly no
+            // variance.
+            let d: Vec<f64> = each.iter().map(|x| x - each[0]).collect();
+            let m = d.iter().sum::<f64>() / n as f64;
+            let var = d.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
             amount(expected_max_normal(last) * var.sqrt())
         } else {
             0.0

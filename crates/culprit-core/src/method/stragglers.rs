@@ -174,6 +174,8 @@ pub fn stragglers(
         let first_tasks: Vec<&TaskTimes> = first.iter().map(|&i| tasks[i]).collect();
         let first_d: Vec<f64> = first_tasks.iter().map(|t| t.duration).collect();
         let first_flags = stragglers_of(&first_tasks, &first_d).1;
+        let first_at: FxHashMap<usize, usize> =
+            first.iter().enumerate().map(|(k, &i)| (i, k)).collect();
         for (i, t) in tasks.iter().enumerate() {
             if !flags[i] {
                 continue;
@@ -188,7 +190,7 @@ pub fn stragglers(
                     causes.push(StragglerCause::OutputSkew);
                 }
             }
-            if let Some(k) = first.iter().position(|&j| j == i) {
+            if let Some(&k) = first_at.get(&i) {
                 if !first_flags[k] {
                     causes.push(StragglerCause::FirstTask);
                 }

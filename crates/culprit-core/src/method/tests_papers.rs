@@ -1107,3 +1107,56 @@ fn estimate_sibling_stages_share_the_slots() {
         Err(MethodError::InvalidArgument(_))
     ));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// One stage of identical tasks: the estimate is the test's own reading
+    /// of 003 eq. 2-5 and §5 (waves of `hosts * delta` tasks).
+    #[test]
+    fn estimate_matches_the_boe_formula(
+        n in 1usize..40,
+        hosts in 1usize..5,
+        slots in 1usize..5,
+        mb in 1u32..500,
+        cpu in 0u32..20,
+        out_mb in 0u32..100,
+        t_load in 0u32..3,
+    ) {
+        use super::estimate::{estimate, EstimateOptions};
+        let mut ds = Dataset::new();
+        for i in 0..n {
+            let t = Totals {
+                input_bytes: mb as f64 * MB,
+                cpu_seconds: cpu as f64,
+                output_bytes: out_mb as f64 * MB,
+                ..Totals::default()
+            };
+            ds.add_task(&format!("t{i}"), "Q", "0", &format!("h{}", i % hosts), 0, S, None, t);
+        }
+        let (th_r, th_w) = (80.0 * MB, 40.0 * MB);
+        let opts = EstimateOptions {
+            theta_disk_read: Some(th_r),
+            theta_disk_write: Some(th_w),
+            theta_network: Some(MB),
+            slots_per_host: Some(slots),
+            hosts: Some(hosts),
+            t_load: Some(t_load as f64),
+            ..EstimateOptions::default()
+        };
+        let e = estimate(&ds, "Q", &opts).unwrap();
+        let delta = slots.min(n.div_ceil(hosts)) as f64;
+        let cores = slots as f64;
+        let read = mb as f64 * MB * delta / th_r;
+        let compute = cpu as f64 / (cores / delta).min(1.0);
+        let write = out_mb as f64 * MB * delta / th_w;
+        let task = t_load as f64 + read.max(compute) + write;
+        let waves = n.div_ceil(hosts * delta as usize);
+        prop_assert_eq!(e.stages.len(), 1);
+        prop_assert!(close(e.stages[0].task_seconds, task), "{} {}", e.stages[0].task_seconds, task);
+        prop_assert_eq!(e.stages[0].waves, waves);
+        // Identical tasks: no skew.
+        prop_assert_eq!(e.stages[0].skew_seconds, 0.0);
+        prop_assert!(close(e.estimated_seconds, waves as f64 * task));
+    }
+}
