@@ -184,12 +184,20 @@ pub struct Thetas {
 }
 
 /// Calibrates the throughputs (method.md §11; 003 §4.2's profiling of
-/// `theta`) from the tasks that ran with nothing else on their host (no other task of any query overlapping them there): a solo
-/// task has the whole node (`delta = 1`, `mu = 1`), so `D_X / duration` is at
-/// most `theta_X`, with equality when `X` was its bottleneck; the largest
-/// such rate over the solo tasks is taken. `None` for a resource no solo
-/// task used. Amounts: `input_bytes` (disk read), `output_bytes +
-/// shuffle_write_bytes` (disk write), `shuffle_read_bytes` (network).
+/// `theta`) as lower bounds from what the nodes were seen to serve:
+///
+/// - the tasks that ran with nothing else on their host (no other task of
+///   any query overlapping them there): a solo task has the whole node
+///   (`delta = 1`, `mu = 1`), so `D_X / duration` is at most `theta_X`, with
+///   equality when `X` was its bottleneck;
+/// - the largest rate of `X` one node served to all its tasks at once, each
+///   task's amount spread uniformly over its run (003 §4.1.2's uniformity
+///   assumption): solo tasks are rarely bound by `X`, while many tasks
+///   together often are.
+///
+/// `theta_X` is the larger of the two; `None` for a resource no task used.
+/// Amounts: `input_bytes` (disk read), `output_bytes + shuffle_write_bytes`
+/// (disk write), `shuffle_read_bytes` (network).
 pub fn calibrate(ds: &Dataset) -> Thetas {
     let by_host = ds.tasks_by_host();
     let mut solo: Vec<u32> = Vec::new();
@@ -211,19 +219,51 @@ pub fn calibrate(ds: &Dataset) -> Thetas {
             max_fin = max_fin.max(ti.finish);
         }
     }
-    let times = task_times(ds, &solo);
-    let best = |f: &dyn Fn(&TaskTimes) -> f64| {
-        times
+    let all: Vec<u32> = (0..ds.tasks.len() as u32).collect();
+    let times = task_times(ds, &all);
+    let solo_tasks = solo.len();
+    let best = |f: &dyn Fn(&TaskTimes) -> f64| -> Option<f64> {
+        let solo_rate = solo
             .iter()
+            .map(|&t| &times[t as usize])
             .filter(|t| t.duration > 0.0 && f(t) > 0.0)
             .map(|t| f(t) / t.duration)
-            .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))))
+            .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+        // Per host, the peak of the summed rates (ends before starts at
+        // equal times).
+        let mut peak: Option<f64> = None;
+        for tasks in &by_host {
+            let mut ev: Vec<(i64, bool, f64)> = Vec::new();
+            for &t in tasks {
+                let tt = &times[t as usize];
+                let ti = &ds.tasks[t as usize];
+                if tt.duration > 0.0 && f(tt) > 0.0 {
+                    let rate = f(tt) / tt.duration;
+                    ev.push((ti.launch, true, rate));
+                    ev.push((ti.finish, false, rate));
+                }
+            }
+            ev.sort_by_key(|e| (e.0, e.1));
+            let mut sum = 0.0f64;
+            for (_, start, rate) in ev {
+                if start {
+                    sum += rate;
+                    peak = Some(peak.map_or(sum, |p: f64| p.max(sum)));
+                } else {
+                    sum -= rate;
+                }
+            }
+        }
+        match (solo_rate, peak) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
     };
     Thetas {
         disk_read: best(&|t| t.input_bytes),
         disk_write: best(&|t| t.output_bytes),
         network: best(&|t| t.shuffle_read_bytes),
-        solo_tasks: times.len(),
+        solo_tasks,
     }
 }
 

@@ -628,14 +628,22 @@ fn estimate_calibrates_from_solo_tasks() {
     // Alone on hx: 50 MB in 0.5 s (100 MB/s) and 20 MB in 0.5 s (40 MB/s).
     ds.add_task("a", "C", "0", "hx", 0, S / 2, None, input(50.0));
     ds.add_task("b", "C", "0", "hx", S, 3 * S / 2, None, input(20.0));
-    // Overlapping on hy: not calibration material.
-    ds.add_task("c", "C", "0", "hy", 0, S, None, input(1000.0));
-    ds.add_task("d", "D", "0", "hy", S / 2, 2 * S, None, input(1000.0));
+    // Overlapping on hy: not solo; together they read at most 10 MB/s +
+    // 10 MB / 1.5 s, below 100 MB/s.
+    ds.add_task("c", "C", "0", "hy", 0, S, None, input(10.0));
+    ds.add_task("d", "D", "0", "hy", S / 2, 2 * S, None, input(10.0));
     let th = calibrate(&ds);
     assert_eq!(th.solo_tasks, 2);
     assert_eq!(th.disk_read, Some(100.0 * MB));
     assert_eq!(th.network, None);
     assert_eq!(th.disk_write, None);
+    // Many tasks together show more of a node than one alone: on hz, 300 MB
+    // in 1 s twice at once, and 200 MB in 1 s right after: 600 MB/s.
+    let mut more = ds.clone();
+    more.add_task("e", "E", "0", "hz", 0, S, None, input(300.0));
+    more.add_task("f", "E", "0", "hz", 0, S, None, input(300.0));
+    more.add_task("g", "E", "0", "hz", S, 2 * S, None, input(200.0));
+    assert_eq!(calibrate(&more).disk_read, Some(600.0 * MB));
     // The estimate uses it: query C, 3 tasks on 2 hosts with 1 slot each.
     let e = estimate(&ds, "C", &EstimateOptions::default()).unwrap();
     assert_eq!(e.thetas.disk_read, Some(100.0 * MB));
