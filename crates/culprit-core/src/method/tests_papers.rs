@@ -1168,3 +1168,35 @@ proptest! {
         prop_assert!(close(e.estimated_seconds, waves as f64 * task));
     }
 }
+
+#[test]
+fn identical_tasks_have_exactly_no_skew() {
+    // Once found by the property above: 8 tasks of 207 MB in, 33 MB out on
+    // one host with 2 slots, whose BOE times summed and divided by 8 are not
+    // exactly one of them.
+    use super::estimate::{estimate, EstimateOptions};
+    let mut ds = Dataset::new();
+    for i in 0..8 {
+        let t = Totals {
+            input_bytes: 207.0 * MB,
+            output_bytes: 33.0 * MB,
+            ..Totals::default()
+        };
+        ds.add_task(&format!("t{i}"), "Q", "0", "h", 0, S, None, t);
+    }
+    let opts = EstimateOptions {
+        theta_disk_read: Some(80.0 * MB),
+        theta_disk_write: Some(40.0 * MB),
+        theta_network: Some(MB),
+        slots_per_host: Some(2),
+        t_load: Some(0.0),
+        ..EstimateOptions::default()
+    };
+    let e = estimate(&ds, "Q", &opts).unwrap();
+    assert_eq!(e.stages[0].skew_seconds, 0.0);
+    // 4 waves of 207 MB * 2 / 80 MB/s + 33 MB * 2 / 40 MB/s.
+    assert!(close(
+        e.estimated_seconds,
+        4.0 * (414.0 / 80.0 + 66.0 / 40.0)
+    ));
+}
