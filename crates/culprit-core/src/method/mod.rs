@@ -15,24 +15,34 @@
 //! | 7 RATP at stage level | `stage_ratp.rs` |
 //! | 8 critical path | `critical_path.rs` |
 //! | overlap baselines (000 §6.1) | `overlap.rs` |
+//! | 9 blocked-time analysis: what-if, stragglers (004) | `what_if.rs`, `stragglers.rs`, on `task_times.rs` |
+//! | 10 computation skew (002) | `skew.rs` |
+//! | 11 bottleneck oriented estimation (003) | `estimate.rs` |
 
 pub mod beta;
 pub mod blame;
 pub mod critical_path;
+pub mod estimate;
 pub mod graph;
 pub mod level4;
 pub mod model;
 pub mod overlap;
 pub mod responsibility;
 mod schedule;
+pub mod skew;
 pub mod stage_ratp;
+pub mod stragglers;
 pub mod sweep;
+pub mod task_times;
 pub mod transitive;
 pub mod usecases;
 pub mod victims;
+pub mod what_if;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_papers;
 
 pub use beta::BetaAcc;
 pub use blame::{blame, blame_streamed};

@@ -72,6 +72,9 @@ pub struct Totals {
     pub disk_write_blocked: f64,
     pub network_blocked: f64,
     pub memory_blocked: f64,
+    /// Seconds between launch and finish the task spent being shipped to its
+    /// executor and reporting back (Spark's scheduler delay), not running.
+    pub scheduler_delay: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -341,6 +344,7 @@ impl Dataset {
             "disk_write_blocked",
             "network_blocked",
             "memory_blocked",
+            "scheduler_delay",
         ]
         .map(f);
         let val = |c: usize, i: usize| -> f64 {
@@ -392,6 +396,7 @@ impl Dataset {
                     disk_write_blocked: val(8, i),
                     network_blocked: val(9, i),
                     memory_blocked: val(10, i),
+                    scheduler_delay: val(11, i),
                 },
                 has_windows: false,
             });
@@ -462,6 +467,16 @@ impl Dataset {
         sink: &mut dyn FnMut(u32, usize, WindowRow),
     ) -> usize {
         fold(&self.task_ids, &self.tasks, batch, detail, sink)
+    }
+
+    /// The id of every task, indexed by task number (the inverse of
+    /// [`Dataset::task`]).
+    pub fn task_names(&self) -> Vec<&str> {
+        let mut out = vec![""; self.tasks.len()];
+        for (name, &t) in &self.task_ids {
+            out[t as usize] = name.as_str();
+        }
+        out
     }
 
     /// Per host, its tasks.
