@@ -152,7 +152,7 @@ impl AuthSource for Users {
             // Same answer as a wrong password: do not tell who exists.
             None => Err(PgWireError::UserError(Box::new(ErrorInfo::new(
                 "FATAL".into(),
-                "28P01".into(),
+                crate::sqlstate::INVALID_PASSWORD.into(),
                 format!("password authentication failed for user \"{user}\""),
             )))),
         }

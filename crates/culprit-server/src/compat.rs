@@ -192,7 +192,7 @@ fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
 
 pub fn register(ctx: &SessionContext) {
     // The catalog keeps pg_proc's arrays as text; pgcli reads them as arrays
-    // (rewrite.rs calls these for `proargtypes::regtype[]`, `proargnames`...).
+    // (rewrite/pgcli.rs calls these for `proargtypes::regtype[]`, `proargnames`...).
     text_list(ctx, "culprit_regtype_names", |t| {
         items(t).iter().map(|o| type_name(o)).collect()
     });

@@ -4,18 +4,24 @@
 //! read-only roles, limits, and errors mapped once to SQLSTATEs.
 
 pub mod auth;
+mod cancel;
 mod compat;
+mod guard;
 mod handlers;
-mod params;
+mod hooks;
+mod parameters;
+mod pipeline;
 mod policy;
+mod protocol;
 mod rewrite;
 pub mod sqlstate;
+mod startup;
 pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use culprit_store::Store;
@@ -163,7 +169,7 @@ impl Server {
                 max_connections: opts.max_connections,
                 statement_timeout: opts.statement_timeout,
                 connections: Arc::new(ConnectionManager::new()),
-                running: Arc::new(Mutex::new(Vec::new())),
+                running: cancel::Running::default(),
             }),
             tls,
             query_memory: opts.query_memory,

@@ -1,7 +1,7 @@
 //! The one statement gate of the server. Every statement a client sends,
 //! by the simple or the extended protocol, with or without parameters, is
 //! text until [`Gate::admit`] parses it; what the server plans and runs is
-//! what the gate admitted, parsed by the same parser. So the rules below
+//! the very tree the gate admitted (`pipeline.rs`). So the rules below
 //! apply to every statement path, present and future: a path that does not
 //! start here has no statement to run.
 //!
@@ -28,11 +28,13 @@ use std::ops::ControlFlow;
 use datafusion::sql::sqlparser::ast::{
     CopyTarget, Expr, ObjectType, Query, Set, SetExpr, Statement, Value, Visit, Visitor,
 };
-use datafusion::sql::sqlparser::parser::ParserError;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::auth::{Role, Users};
+use crate::rewrite::grafana;
 use crate::sqlstate;
 
 /// Why a statement is not run.
@@ -348,8 +350,7 @@ pub fn judge(stmt: &Statement, role: Role, user: &str) -> Result<(), Refusal> {
     }
 }
 
-/// The gate of one server: the users (for roles) and the parser that the
-/// statement handling of `datafusion-postgres` uses too.
+/// The gate of one server: the users (for roles) and the parser.
 pub struct Gate {
     users: Option<std::sync::Arc<Users>>,
     parser: PostgresCompatibilityParser,
@@ -372,12 +373,34 @@ impl Gate {
             .unwrap_or(Role::Read)
     }
 
-    /// Parses `sql` (after `rewrite::before_parse`) and admits each of its
-    /// statements for `user`, or refuses the whole text. A parse error is
-    /// returned as such: nothing runs.
+    /// Parses `sql` as datafusion-postgres does (PostgreSQL's dialect, then
+    /// its compatibility rules for clients' catalog queries), except that
+    /// Grafana's search_path lookup keeps the subquery that parser's token
+    /// blacklist blanks (`rewrite/grafana.rs`).
+    fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
+        let statements = self.parser.parse(sql)?;
+        if !statements.iter().any(grafana::lookup_was_blanked) {
+            return Ok(statements);
+        }
+        match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+            Ok(unblanked)
+                if unblanked.len() == statements.len()
+                    && unblanked.iter().any(grafana::is_search_path_lookup) =>
+            {
+                Ok(unblanked
+                    .into_iter()
+                    .map(|s| self.parser.rewrite(s))
+                    .collect())
+            }
+            _ => Ok(statements),
+        }
+    }
+
+    /// Parses `sql` and admits each of its statements for `user`, or
+    /// refuses the whole text. A parse error is returned as such: nothing
+    /// runs.
     pub fn admit(&self, sql: &str, user: &str) -> Result<Vec<Statement>, PgWireError> {
         let statements = self
-            .parser
             .parse(sql)
             .map_err(|e: ParserError| PgWireError::ApiError(Box::new(e)))?;
         let role = self.role(user);
@@ -503,5 +526,31 @@ mod tests {
             assert_eq!(verdict(sql, Role::Write), Err("0A000"), "{sql}");
         }
         assert_eq!(verdict("COPY tasks TO STDOUT", Role::Write), Err("0A000"));
+    }
+
+    #[test]
+    fn grafana_search_path_lookup_keeps_its_subquery() {
+        let sql = "select quote_ident(table_name) from information_schema.tables \
+            where quote_ident(table_schema) IN ( \
+            SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END \
+            FROM generate_series( \
+              array_lower(string_to_array(current_setting('search_path'),','),1), \
+              array_upper(string_to_array(current_setting('search_path'),','),1) \
+            ) as i, string_to_array(current_setting('search_path'),',') s)";
+        let gate = Gate::new(None);
+        // datafusion-postgres's parser alone blanks the subquery...
+        let blanked = gate.parser.parse(sql).expect(sql);
+        assert!(grafana::lookup_was_blanked(&blanked[0]));
+        // ... the gate keeps it.
+        let admitted = gate.admit(sql, "u").expect(sql);
+        assert_eq!(admitted.len(), 1);
+        assert!(grafana::is_search_path_lookup(&admitted[0]));
+        assert!(!grafana::lookup_was_blanked(&admitted[0]));
+        // Other texts parse as datafusion-postgres parses them.
+        let other = "SELECT 1 WHERE 'a' IN ('')";
+        assert_eq!(
+            gate.admit(other, "u").expect(other),
+            gate.parser.parse(other).expect(other)
+        );
     }
 }

@@ -27,6 +27,10 @@ pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
 pub const IO_ERROR: &str = "58030";
 pub const DATA_CORRUPTED: &str = "XX001";
 pub const INTERNAL_ERROR: &str = "XX000";
+pub const PROTOCOL_VIOLATION: &str = "08P01";
+pub const TOO_MANY_CONNECTIONS: &str = "53300";
+pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
+pub const INVALID_PASSWORD: &str = "28P01";
 
 /// The SQLSTATE and message for a DataFusion error.
 pub fn classify(e: &DataFusionError) -> (&'static str, String) {

@@ -429,7 +429,11 @@ pub async fn serve<H: PgWireServerHandlers>(
             Some(Ok(msg)) => msg,
             Some(Err(e)) => {
                 log::info!("closing connection from {}: {e}", socket.socket_addr());
-                let info = ErrorInfo::new("FATAL".into(), "08P01".into(), e.to_string());
+                let info = ErrorInfo::new(
+                    "FATAL".into(),
+                    crate::sqlstate::PROTOCOL_VIOLATION.into(),
+                    e.to_string(),
+                );
                 let _ = socket
                     .send(PgWireBackendMessage::ErrorResponse(info.into()))
                     .await;

@@ -1,0 +1,73 @@
+//! Cancel requests. A client cancels by opening a new connection that sends
+//! only the (pid, secret key) of the connection to stop, so the statements
+//! running on every connection of the server are listed in one registry,
+//! [`Running`], by that key. A cancel wakes the statement's guard
+//! (`guard.rs`), which stops it whether it is planning, computing or sending
+//! rows; pgwire's own cancel (which only covers the start of a statement) is
+//! signalled too.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::ConnectionManager;
+use pgwire::messages::cancel::CancelRequest;
+use tokio::sync::Notify;
+
+/// The key a cancel request names a connection by: its pid and secret key.
+pub type ConnectionKey = (i32, Vec<u8>);
+
+/// The statements running on the server's connections, each with the signal
+/// that stops it. Shared by every connection of a server.
+#[derive(Clone, Default)]
+pub struct Running(Arc<Mutex<Vec<(ConnectionKey, Arc<Notify>)>>>);
+
+impl Running {
+    /// Lists a statement that starts on the connection `key`.
+    pub fn start(&self, key: ConnectionKey) -> Arc<Notify> {
+        let stop = Arc::new(Notify::new());
+        self.0
+            .lock()
+            .expect("running statements")
+            .push((key, stop.clone()));
+        stop
+    }
+
+    /// Removes a statement that ended (its `stop` signal from [`Running::start`]).
+    pub fn end(&self, stop: &Arc<Notify>) {
+        self.0
+            .lock()
+            .expect("running statements")
+            .retain(|(_, n)| !Arc::ptr_eq(n, stop));
+    }
+
+    /// Stops every statement running on the connection `key`.
+    fn stop(&self, key: &ConnectionKey) {
+        let stops: Vec<Arc<Notify>> = self
+            .0
+            .lock()
+            .expect("running statements")
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, n)| n.clone())
+            .collect();
+        for stop in stops {
+            stop.notify_one();
+        }
+    }
+}
+
+/// Answers cancel requests for the connections of one server.
+pub struct Cancel {
+    pub running: Running,
+    pub connections: Arc<ConnectionManager>,
+}
+
+#[async_trait]
+impl CancelHandler for Cancel {
+    async fn on_cancel_request(&self, req: CancelRequest) {
+        let key = (req.pid, req.secret_key.to_bytes().to_vec());
+        self.running.stop(&key);
+        self.connections.cancel(req.pid, &req.secret_key).await;
+    }
+}

@@ -1,0 +1,252 @@
+//! The one path of every statement, whatever the protocol:
+//!
+//! 1. parse and 2. policy: the gate (`policy.rs`) parses the client's text
+//!    and admits each statement; nothing after it reads SQL text;
+//! 3. session hooks (`hooks/`): `SET`, `SHOW`, cursors, transactions and
+//!    savepoints are answered from the admitted tree;
+//! 4. rewrite (`rewrite/`): the catalog queries of known clients, on the tree;
+//! 5. parameters (`parameters.rs`): the extended protocol's values, bound into
+//!    the plan made at Parse, or into the tree of a deferred statement;
+//! 6. plan, 7. execute, 8. encode: [`Pipeline::plan`] and
+//!    [`Pipeline::execute_and_encode`], the only place a statement is planned,
+//!    executed and encoded.
+//!
+//! The simple protocol runs each admitted statement at once
+//! ([`Pipeline::run`]). The extended protocol prepares at Parse
+//! ([`Pipeline::prepare`]: hooks, rewrite and plan, for Describe) and runs
+//! at Execute, through the same [`Pipeline::run`]. The statement timeout
+//! and cancel requests (`guard.rs`) cover the whole run.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::UInt64Array;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{DataFrame, SessionContext};
+use datafusion::sql::parser::Statement as PlannableStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::arrow_pg::datatypes::df::encode_dataframe;
+use datafusion_postgres::hooks::HookClient;
+use datafusion_postgres::DfSessionService;
+use pgwire::api::portal::Format;
+use pgwire::api::query::ExtendedQueryHandler;
+use pgwire::api::results::{FieldInfo, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::{ClientInfo, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::types::format::FormatOptions;
+
+use crate::hooks::SessionHooks;
+use crate::parameters::{self, Values};
+
+/// A statement the gate admitted, with how far it is planned. The extended
+/// protocol stores it as its prepared statement.
+#[derive(Clone, Debug)]
+pub struct AdmittedStatement {
+    /// The tree the gate admitted, as the client wrote it: hooks answer
+    /// from it, and it is what gets rewritten and planned.
+    pub tree: Statement,
+    pub plan: PlanStage,
+}
+
+/// How far a statement is planned.
+#[derive(Clone, Debug)]
+pub enum PlanStage {
+    /// Not yet: the simple protocol plans when it runs (its values are
+    /// literals in the tree).
+    Unplanned,
+    /// Planned at Parse, with `$n` placeholders that Execute binds the
+    /// portal's values into (or a hook's description of its answer).
+    Planned(LogicalPlan),
+    /// Planned at Parse with every `$n` NULL, only to describe the result's
+    /// columns, because DataFusion cannot plan it with placeholders (a
+    /// table function's arguments): Execute binds the values into the tree
+    /// and plans it then.
+    Deferred {
+        described: LogicalPlan,
+        parameters: usize,
+    },
+}
+
+impl AdmittedStatement {
+    /// A statement of the simple protocol.
+    pub fn unplanned(tree: Statement) -> AdmittedStatement {
+        AdmittedStatement {
+            tree,
+            plan: PlanStage::Unplanned,
+        }
+    }
+
+    /// The plan made at Parse, which Describe reports.
+    pub fn described(&self) -> Option<&LogicalPlan> {
+        match &self.plan {
+            PlanStage::Unplanned => None,
+            PlanStage::Planned(plan) => Some(plan),
+            PlanStage::Deferred { described, .. } => Some(described),
+        }
+    }
+
+    /// The number of columns the statement returns (0 for DDL and DML).
+    pub fn result_columns(&self) -> usize {
+        match self.described() {
+            Some(LogicalPlan::Ddl(_) | LogicalPlan::Dml(_)) | None => 0,
+            Some(plan) => plan.schema().fields().len(),
+        }
+    }
+}
+
+fn api_error(e: datafusion::error::DataFusionError) -> PgWireError {
+    PgWireError::ApiError(Box::new(e))
+}
+
+/// The statement pipeline of one connection.
+pub struct Pipeline {
+    ctx: Arc<SessionContext>,
+    hooks: SessionHooks,
+    /// datafusion-postgres's parser, used only for the wire types of a
+    /// plan's parameters and columns (it maps oid-alias catalog columns and
+    /// others beyond the Arrow types).
+    types: Arc<datafusion_postgres::Parser>,
+}
+
+impl Pipeline {
+    pub fn new(ctx: Arc<SessionContext>) -> Pipeline {
+        let types = DfSessionService::new_with_hooks(ctx.clone(), vec![]).query_parser();
+        Pipeline {
+            ctx,
+            hooks: SessionHooks::default(),
+            types,
+        }
+    }
+
+    /// Prepares an admitted statement at Parse: described by a hook that
+    /// will answer it, else rewritten and planned with its placeholders,
+    /// else deferred (see [`PlanStage::Deferred`]).
+    pub async fn prepare(
+        &self,
+        client: &(dyn ClientInfo + Send + Sync),
+        tree: Statement,
+    ) -> PgWireResult<AdmittedStatement> {
+        if let Some(described) = self.hooks.describe(&tree, &self.ctx, client).await {
+            let plan = PlanStage::Planned(described?);
+            return Ok(AdmittedStatement { tree, plan });
+        }
+        let plan = match self.plan(&tree).await {
+            Ok(plan) => PlanStage::Planned(plan),
+            Err(error) => self.defer(&tree).await.ok_or(error)?,
+        };
+        Ok(AdmittedStatement { tree, plan })
+    }
+
+    /// A statement planned with its parameters NULL, if it has parameters
+    /// and plans so.
+    async fn defer(&self, tree: &Statement) -> Option<PlanStage> {
+        let (with_nulls, parameters) = parameters::with_nulls(tree)?;
+        let described = self.plan(&with_nulls).await.ok()?;
+        Some(PlanStage::Deferred {
+            described,
+            parameters,
+        })
+    }
+
+    /// Runs an admitted statement: a hook's answer, or its plan executed and
+    /// encoded in `format`. `values` are the extended protocol's.
+    pub async fn run(
+        &self,
+        client: &mut dyn HookClient,
+        statement: &AdmittedStatement,
+        values: Values<'_>,
+        format: &Format,
+    ) -> PgWireResult<Response> {
+        let tree = &statement.tree;
+        let described = statement.described();
+        if let Some(answer) = self.hooks.answer(tree, described, &self.ctx, client).await {
+            return answer;
+        }
+        let plan = match &statement.plan {
+            PlanStage::Unplanned => self.plan(tree).await?,
+            PlanStage::Planned(plan) => {
+                let wire_types = self.parameter_types(statement)?;
+                parameters::bind_into_plan(plan, &wire_types, values)?
+            }
+            PlanStage::Deferred { .. } => {
+                self.plan(&parameters::bind_into_tree(tree, values)?)
+                    .await?
+            }
+        };
+        let options = FormatOptions::from_client_metadata(client.metadata());
+        self.execute_and_encode(plan, tree, format, options).await
+    }
+
+    /// Plans a tree, after the catalog rewrites of known clients.
+    async fn plan(&self, tree: &Statement) -> PgWireResult<LogicalPlan> {
+        let statement = crate::rewrite::catalog_query(tree).unwrap_or_else(|| tree.clone());
+        self.ctx
+            .state()
+            .statement_to_plan(PlannableStatement::Statement(Box::new(statement)))
+            .await
+            .map_err(api_error)
+    }
+
+    /// Executes a plan and encodes its result: rows in `format`, or the
+    /// `INSERT` tag with its count (what clients read for an insert).
+    async fn execute_and_encode(
+        &self,
+        plan: LogicalPlan,
+        tree: &Statement,
+        format: &Format,
+        options: FormatOptions,
+    ) -> PgWireResult<Response> {
+        let df = self
+            .ctx
+            .execute_logical_plan(plan)
+            .await
+            .map_err(api_error)?;
+        if matches!(tree, Statement::Insert(_)) {
+            return insert_tag(df).await;
+        }
+        let rows = encode_dataframe(df, format, Some(Arc::new(options))).await?;
+        Ok(Response::Query(rows))
+    }
+
+    /// The wire types of a prepared statement's parameters: `text` for a
+    /// deferred one (its values become string literals), else what
+    /// datafusion-postgres decides from the plan.
+    pub fn parameter_types(&self, statement: &AdmittedStatement) -> PgWireResult<Vec<Type>> {
+        match &statement.plan {
+            PlanStage::Unplanned => Ok(vec![]),
+            PlanStage::Deferred { parameters, .. } => Ok(vec![Type::TEXT; *parameters]),
+            PlanStage::Planned(plan) => self.types.get_parameter_types(&(
+                String::new(),
+                Some((statement.tree.clone(), plan.clone())),
+            )),
+        }
+    }
+
+    /// The wire description of a prepared statement's result columns.
+    pub fn result_fields(
+        &self,
+        statement: &AdmittedStatement,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match statement.described() {
+            None => Ok(vec![]),
+            Some(plan) => self.types.get_result_schema(
+                &(String::new(), Some((statement.tree.clone(), plan.clone()))),
+                format,
+            ),
+        }
+    }
+}
+
+/// `INSERT 0 n`: DataFusion answers an insert with one row, its count.
+async fn insert_tag(df: DataFrame) -> PgWireResult<Response> {
+    let batches = df.collect().await.map_err(api_error)?;
+    let rows = batches
+        .first()
+        .and_then(|batch| batch.column_by_name("count"))
+        .and_then(|column| column.as_any().downcast_ref::<UInt64Array>())
+        .map_or(0, |counts| counts.value(0) as usize);
+    Ok(Response::Execution(
+        Tag::new("INSERT").with_oid(0).with_rows(rows),
+    ))
+}

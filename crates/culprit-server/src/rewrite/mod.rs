@@ -1,0 +1,137 @@
+//! Catalog queries of real clients that DataFusion cannot plan as written,
+//! rewritten on their parsed tree into queries with the same answer over
+//! culprit's catalog: one file per client, naming the client, the query
+//! and why each rewrite is exact there. Only statements that read
+//! `pg_catalog` or `information_schema` are touched; user queries over
+//! culprit's tables keep DataFusion's own semantics.
+//!
+//! The rules add to datafusion-postgres's own (which already turn
+//! correlated subqueries at the top of a projection into NULL); these reach
+//! into `CASE` branches, `ARRAY(subquery)`, functions in `FROM`, and `user`.
+//! All run in one walk of the tree, each expression after its parts.
+
+mod ast;
+pub mod grafana;
+mod pgcli;
+mod psql;
+mod sqlalchemy;
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{Expr, Query, Statement, VisitMut, VisitorMut};
+
+/// The rules of every client, in one walk; `changed` once any applied.
+struct Rules {
+    changed: bool,
+}
+
+impl VisitorMut for Rules {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
+        self.changed |= grafana::rewrite_query(q);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        // The rules match disjoint expressions: at most one applies.
+        self.changed |= psql::rewrite_expr(e)
+            || pgcli::rewrite_expr(e)
+            || grafana::rewrite_expr(e)
+            || sqlalchemy::rewrite_expr(e);
+        ControlFlow::Continue(())
+    }
+}
+
+/// A catalog statement rewritten for DataFusion; `None` when there is
+/// nothing to change.
+pub fn catalog_query(stmt: &Statement) -> Option<Statement> {
+    if !ast::reads_catalog(stmt) {
+        return None;
+    }
+    let mut rewritten = stmt.clone();
+    let mut rules = Rules { changed: false };
+    let _ = VisitMut::visit(&mut rewritten, &mut rules);
+    rules.changed.then_some(rewritten)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn one(sql: &str) -> Statement {
+        Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0)
+    }
+
+    fn rw(sql: &str) -> String {
+        catalog_query(&one(sql)).map_or("unchanged".into(), |s| s.to_string())
+    }
+
+    #[test]
+    fn user_queries_are_untouched() {
+        assert_eq!(
+            rw("SELECT user, (SELECT max(x) FROM t WHERE t.a = q.a) FROM queries q"),
+            "unchanged"
+        );
+    }
+
+    #[test]
+    fn subqueries_over_empty_tables_are_null() {
+        assert_eq!(
+            rw("SELECT CASE WHEN a.atthasdef THEN (SELECT d.adbin FROM pg_catalog.pg_attrdef d WHERE d.adrelid = a.attrelid) ELSE NULL END FROM pg_catalog.pg_attribute a"),
+            "SELECT CASE WHEN a.atthasdef THEN NULL ELSE NULL END FROM pg_catalog.pg_attribute a"
+        );
+    }
+
+    #[test]
+    fn removed_subqueries_keep_their_parameters() {
+        assert_eq!(
+            rw("SELECT CASE WHEN a.attidentity <> $1 THEN (SELECT json_build_object($2::VARCHAR, s.seqstart) FROM pg_catalog.pg_sequence s WHERE a.attidentity <> $3) END FROM pg_catalog.pg_attribute a"),
+            "SELECT CASE WHEN a.attidentity <> $1 THEN CASE WHEN $2::VARCHAR IS NULL OR $3 IS NULL THEN NULL END END FROM pg_catalog.pg_attribute a"
+        );
+    }
+
+    #[test]
+    fn other_catalog_subqueries_are_aggregated() {
+        assert_eq!(
+            rw("SELECT CASE WHEN (SELECT t.typcollation FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) <> 0 THEN 1 END FROM pg_catalog.pg_attribute a"),
+            "SELECT CASE WHEN (SELECT max(t.typcollation) FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) <> 0 THEN 1 END FROM pg_catalog.pg_attribute a"
+        );
+    }
+
+    #[test]
+    fn functions_in_from_and_user() {
+        assert_eq!(
+            rw("SELECT n FROM pg_catalog.pg_namespace WHERE n IN (SELECT CASE WHEN s[i] = '\"$user\"' THEN user ELSE s[i] END FROM generate_series(1, 2) AS i, string_to_array(current_setting('search_path'), ',') s)"),
+            "SELECT n FROM pg_catalog.pg_namespace WHERE n IN (SELECT CASE WHEN s[i] = '\"$user\"' THEN session_user() ELSE s[i] END FROM generate_series(1, 2) AS i (i), (SELECT string_to_array(current_setting('search_path'), ',') AS s) s)"
+        );
+    }
+
+    #[test]
+    fn reloptions_and_array_of_unnest() {
+        assert_eq!(
+            rw("SELECT pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)"),
+            "SELECT NULL FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)"
+        );
+    }
+
+    #[test]
+    fn array_lower_of_a_list() {
+        assert_eq!(
+            rw("SELECT array_lower(c.x, 1), array_lower(c.x, 2) FROM pg_catalog.pg_class c"),
+            "SELECT CASE WHEN cardinality(c.x) > 0 THEN 1 END, array_lower(c.x, 2) FROM pg_catalog.pg_class c"
+        );
+    }
+
+    #[test]
+    fn pgcli_function_arrays() {
+        assert_eq!(
+            rw("SELECT p.proargnames, prorettype::regtype::text FROM pg_catalog.pg_proc p"),
+            "SELECT culprit_text_array(p.proargnames), culprit_regtype_name(CAST(prorettype AS TEXT)) FROM pg_catalog.pg_proc p"
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! pgcli 4.7, its function list (`functions()`): `proargtypes`,
+//! `proallargtypes` cast to `regtype[]`, `proargnames` and `proargmodes`
+//! as arrays, and `prorettype::regtype::text`. culprit's `pg_proc` keeps
+//! these arrays as text, and DataFusion has no `regtype`; the rules call
+//! culprit's functions that give what PostgreSQL gives (`compat.rs`):
+//! - `proargtypes::...` / `proallargtypes::...` ->
+//!   `culprit_regtype_names(col)`, the array of type names;
+//! - `prorettype::regtype::text` ->
+//!   `culprit_regtype_name(CAST(prorettype AS TEXT))`, the type's name;
+//! - `proargnames`, `proargmodes` -> `culprit_text_array(col)`, the array.
+
+use datafusion::sql::sqlparser::ast::Expr;
+
+use super::ast::{call, cast_to_text, column_name, strip_casts};
+
+/// pg_proc's oid arrays and text arrays, kept as text by culprit's catalog.
+const PROC_OID_ARRAYS: &[&str] = &["proargtypes", "proallargtypes"];
+const PROC_TEXT_ARRAYS: &[&str] = &["proargnames", "proargmodes"];
+
+fn replacement(e: &Expr) -> Option<Expr> {
+    match e {
+        Expr::Cast { expr, .. } if PROC_OID_ARRAYS.contains(&column_name(expr).as_str()) => {
+            Some(call("culprit_regtype_names", vec![(**expr).clone()]))
+        }
+        Expr::Cast {
+            expr, data_type, ..
+        } if data_type.to_string().eq_ignore_ascii_case("text")
+            && column_name(strip_casts(expr)) == "prorettype" =>
+        {
+            let column = strip_casts(expr).clone();
+            Some(call("culprit_regtype_name", vec![cast_to_text(column)]))
+        }
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_)
+            if PROC_TEXT_ARRAYS.contains(&column_name(e).as_str()) =>
+        {
+            Some(call("culprit_text_array", vec![e.clone()]))
+        }
+        _ => None,
+    }
+}
+
+/// Applies the rules to one expression (its parts already rewritten);
+/// returns whether it changed.
+pub(super) fn rewrite_expr(e: &mut Expr) -> bool {
+    match replacement(e) {
+        Some(r) => {
+            *e = r;
+            true
+        }
+        None => false,
+    }
+}

@@ -1,0 +1,174 @@
+//! SQLAlchemy 2.1, `inspect().get_columns(table)` (through psycopg 3, with
+//! its values as `$n` parameters): correlated scalar subqueries over the
+//! catalog inside `CASE` branches (a column's default from `pg_attrdef`,
+//! its identity from `pg_sequence`, its collation through `pg_type`).
+//! DataFusion cannot decorrelate a scalar subquery that is not an
+//! aggregate, and datafusion-postgres only removes those at the top of a
+//! projection. psql's `\d` sends the `pg_attrdef` one too. Two rules,
+//! exact over culprit's catalog:
+//! - a subquery over tables culprit always leaves empty (no defaults,
+//!   sequences, ...) returns no row: NULL, still naming the query's
+//!   parameters (clients bind every parameter of the statement they sent,
+//!   and the server maps them by position);
+//! - any other subquery over catalog tables gets its value wrapped in
+//!   `max()`: a scalar subquery gives at most one row, whose max is itself,
+//!   and an aggregate DataFusion decorrelates.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, GroupByExpr, JoinOperator, Query, Select, SelectItem, TableFactor, Visit,
+    Visitor,
+};
+
+use super::ast::{
+    binary, call, case_when, is_catalog_name, last_name, null, placeholder, select, select_mut,
+};
+
+/// Catalog tables culprit always leaves empty: it has no column defaults,
+/// sequences, inheritance, row policies, extended statistics,
+/// publications, triggers or foreign and partitioned tables.
+const EMPTY_TABLES: &[&str] = &[
+    "pg_attrdef",
+    "pg_sequence",
+    "pg_inherits",
+    "pg_policy",
+    "pg_statistic_ext",
+    "pg_publication",
+    "pg_publication_rel",
+    "pg_trigger",
+    "pg_foreign_table",
+    "pg_partitioned_table",
+];
+
+const AGGREGATES: &[&str] = &[
+    "max",
+    "min",
+    "count",
+    "sum",
+    "avg",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+];
+
+/// The tables of a subquery's FROM (`None` when anything else is there).
+fn catalog_tables(s: &Select) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for twj in &s.from {
+        for f in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
+            match f {
+                TableFactor::Table {
+                    name, args: None, ..
+                } if is_catalog_name(name) => out.push(last_name(name)),
+                _ => return None,
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn is_aggregate(e: &Expr) -> bool {
+    match e {
+        Expr::Function(f) => AGGREGATES.contains(&last_name(&f.name).as_str()),
+        Expr::Nested(e) => is_aggregate(e),
+        _ => false,
+    }
+}
+
+/// Whether a subquery over `tables` (its FROM, in order) returns no row:
+/// its first table is always empty, or any is and all joins are inner.
+fn always_empty(s: &Select, tables: &[String]) -> bool {
+    let inner = s.from.iter().all(|twj| {
+        twj.joins.iter().all(|j| {
+            matches!(
+                j.join_operator,
+                JoinOperator::Inner(_) | JoinOperator::Join(_)
+            )
+        })
+    });
+    let empty = |t: &String| EMPTY_TABLES.contains(&t.as_str());
+    empty(&tables[0]) || (inner && tables.iter().any(empty))
+}
+
+/// The query's parameters, each once: `$n`, or `$n::type` as written.
+fn parameters(q: &Query) -> Vec<Expr> {
+    struct Parameters(Vec<Expr>);
+    impl Parameters {
+        fn seen(&self, p: &str) -> bool {
+            self.0.iter().any(|e| match e {
+                Expr::Cast { expr, .. } => placeholder(expr) == Some(p),
+                e => placeholder(e) == Some(p),
+            })
+        }
+    }
+    impl Visitor for Parameters {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            match e {
+                Expr::Cast { expr, .. } if placeholder(expr).is_some() => self.0.push(e.clone()),
+                e if placeholder(e).is_some_and(|p| !self.seen(p)) => self.0.push(e.clone()),
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut found = Parameters(Vec::new());
+    let _ = q.visit(&mut found);
+    found.0
+}
+
+/// NULL, still naming the query's parameters:
+/// `CASE WHEN $1 IS NULL OR $2 IS NULL THEN NULL END`.
+fn null_keeping_parameters(q: &Query) -> Expr {
+    let test = parameters(q)
+        .into_iter()
+        .map(|p| Expr::IsNull(Box::new(p)))
+        .reduce(|a, b| binary(a, BinaryOperator::Or, b));
+    match test {
+        Some(test) => case_when(test, null()),
+        None => null(),
+    }
+}
+
+/// Wraps the one value of a subquery over catalog tables in `max()`;
+/// returns whether it did.
+fn aggregate_in_place(q: &mut Query) -> bool {
+    if q.limit_clause.is_some() || q.fetch.is_some() {
+        return false;
+    }
+    let Some(s) = select_mut(q) else { return false };
+    if s.projection.len() != 1 || s.distinct.is_some() || s.having.is_some() {
+        return false;
+    }
+    if !matches!(s.group_by, GroupByExpr::Expressions(ref v, _) if v.is_empty()) {
+        return false;
+    }
+    let e = match &mut s.projection[0] {
+        SelectItem::UnnamedExpr(e) => e,
+        SelectItem::ExprWithAlias { expr, .. } => expr,
+        _ => return false,
+    };
+    if is_aggregate(e) {
+        return false;
+    }
+    let value = std::mem::replace(e, null());
+    *e = call("max", vec![value]);
+    true
+}
+
+/// Applies the rules to a scalar subquery expression; returns whether it
+/// changed.
+pub(super) fn rewrite_expr(e: &mut Expr) -> bool {
+    let Expr::Subquery(q) = e else { return false };
+    let Some(s) = select(q) else { return false };
+    let Some(tables) = catalog_tables(s) else {
+        return false;
+    };
+    if always_empty(s, &tables) {
+        *e = null_keeping_parameters(q);
+        return true;
+    }
+    aggregate_in_place(q)
+}
