@@ -947,7 +947,7 @@ proptest! {
 
 #[test]
 fn stragglers_from_the_tasks_table() {
-    use crate::batches::{TableBuilder, V};
+    use crate::batches::{TableBuilder, Value as V};
     use crate::Table;
     // Stage 0: four 100 MB map tasks of 10, 10, 10, 25 s, the last one
     // waiting 15 s for the scheduler. Stage 1: four 50 MB reduce tasks of 5,
