@@ -17,10 +17,13 @@ use tokio::sync::Notify;
 /// The key a cancel request names a connection by: its pid and secret key.
 pub type ConnectionKey = (i32, Vec<u8>);
 
-/// The statements running on the server's connections, each with the signal
-/// that stops it. Shared by every connection of a server.
+/// A running statement: its connection, and the signal that stops it.
+type RunningStatement = (ConnectionKey, Arc<Notify>);
+
+/// The statements running on the server's connections. Shared by every
+/// connection of a server.
 #[derive(Clone, Default)]
-pub struct Running(Arc<Mutex<Vec<(ConnectionKey, Arc<Notify>)>>>);
+pub struct Running(Arc<Mutex<Vec<RunningStatement>>>);
 
 impl Running {
     /// Lists a statement that starts on the connection `key`.

@@ -1,6 +1,6 @@
 //! The statements a session answers itself, without planning them:
-//! savepoints (culprit's own, `savepoints.rs`), and datafusion-postgres's
-//! hooks for `SET` / `SHOW`, cursors (`DECLARE`, `FETCH`, `CLOSE`) and
+//! savepoints (culprit's own, `savepoints.rs`), then datafusion-postgres's
+//! hooks for cursors (`DECLARE`, `FETCH`, `CLOSE`), `SET` / `SHOW`, and
 //! transactions (`BEGIN`, `COMMIT`, `ROLLBACK`, and the refusal of other
 //! statements in a failed transaction). The pipeline asks them, in that
 //! order, with the tree the gate admitted, before it rewrites or plans
@@ -10,7 +10,8 @@
 //! statement type, found by downcasting the client's portal store. culprit's
 //! prepared statements are typed (`pipeline::AdmittedStatement`), so the
 //! hooks see the client through [`HookView`], whose portal store is the
-//! connection's store of cursors.
+//! connection's store of cursors. (So a cursor is reached by `FETCH` and
+//! `CLOSE`, not by an extended-protocol Execute of a portal of its name.)
 
 mod savepoints;
 
