@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use culprit_store::layout::host_bucket;
 use culprit_core::Table;
 use culprit_sim::{simulate, SimConfig};
 use culprit_sql::datafusion::arrow::array::{Array, AsArray, RecordBatch, StringArray};
@@ -13,6 +12,7 @@ use culprit_sql::datafusion::arrow::datatypes::Float64Type;
 use culprit_sql::datafusion::arrow::util::display::array_value_to_string;
 use culprit_sql::datafusion::prelude::SessionContext;
 use culprit_sql::Engine;
+use culprit_store::layout::host_bucket;
 use culprit_store::Store;
 
 /// A text column of a batch.

@@ -5,10 +5,10 @@
 
 use std::sync::Mutex;
 
-use culprit_store::layout::host_bucket;
 use culprit_core::method::model::{Interner, WindowRow};
 use culprit_core::method::{BucketSource, Dataset};
 use culprit_core::Table;
+use culprit_store::layout::host_bucket;
 use culprit_store::{DataFile, Manifest, Store};
 use rustc_hash::FxHashMap;
 

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use culprit_store::layout::HOST_BUCKETS;
 use culprit_core::method::Dataset;
 use culprit_core::Table;
+use culprit_store::layout::HOST_BUCKETS;
 use culprit_store::{Manifest, Store};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;

@@ -5,10 +5,10 @@
 //! has text, its words). `XX000` is kept for what can only be a bug, and
 //! each is logged.
 
-use datafusion::common::{DataFusionError, SchemaError};
-use datafusion::sql::sqlparser::parser::ParserError;
 use culprit_sql::error::{Error as CulpritError, MethodError};
 use culprit_store::StoreError;
+use datafusion::common::{DataFusionError, SchemaError};
+use datafusion::sql::sqlparser::parser::ParserError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 pub const SYNTAX_ERROR: &str = "42601";
@@ -81,9 +81,7 @@ fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'stati
                 ..
             }
             | CulpritError::Internal(_) => INTERNAL_ERROR,
-            CulpritError::Method { .. } | CulpritError::Argument { .. } => {
-                INVALID_PARAMETER_VALUE
-            }
+            CulpritError::Method { .. } | CulpritError::Argument { .. } => INVALID_PARAMETER_VALUE,
             CulpritError::Store(s) => store_code(s),
         };
     }

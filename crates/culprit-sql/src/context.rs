@@ -6,8 +6,8 @@ use datafusion::common::Result;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-use crate::table::StoreTable;
 use crate::functions;
+use crate::table::StoreTable;
 
 /// Views over the stored tables: `(name, SQL)`.
 pub const VIEWS: &[(&str, &str)] = &[(

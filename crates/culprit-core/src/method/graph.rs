@@ -6,8 +6,8 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use rustc_hash::FxHashMap;
 
 use super::level4::{Culprit, Level4};
-use super::responsibility::dor;
 use super::model::Dataset;
+use super::responsibility::dor;
 use crate::Resource;
 
 /// What a node stands for.

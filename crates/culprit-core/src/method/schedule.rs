@@ -360,7 +360,10 @@ mod tests {
 
     #[test]
     fn jobs_come_back_in_order() {
-        assert_eq!(parallel(100, |j| j * 2).unwrap(), (0..100).map(|j| j * 2).collect::<Vec<_>>());
+        assert_eq!(
+            parallel(100, |j| j * 2).unwrap(),
+            (0..100).map(|j| j * 2).collect::<Vec<_>>()
+        );
         assert!(parallel(0, |j| j).unwrap().is_empty());
     }
 

@@ -11,7 +11,11 @@ use crate::Resource;
 
 /// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
 /// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`.
-pub(crate) fn transitive(ds: &Dataset, entries: &Level4, (from, to): (Micros, Micros)) -> Vec<Entry> {
+pub(crate) fn transitive(
+    ds: &Dataset,
+    entries: &Level4,
+    (from, to): (Micros, Micros),
+) -> Vec<Entry> {
     let mut run = vec![0.0f64; ds.stages.len()];
     for t in &ds.tasks {
         if let Some((s, e)) = sweep::clip(t.launch, t.finish, from, to) {

@@ -46,11 +46,15 @@ pub fn culprits(
     for e in entries {
         let v = ds.stage_query(e.stage);
         let c = e.culprit();
-        *seconds.entry((v, c.kind(ds, v), c.query(ds))).or_insert(0.0) += e.seconds;
+        *seconds
+            .entry((v, c.kind(ds, v), c.query(ds)))
+            .or_insert(0.0) += e.seconds;
     }
     for (&(v, q), _) in naive.iter().chain(deep.iter()) {
         if q != v {
-            seconds.entry((v, CulpritKind::Query, Some(q))).or_insert(0.0);
+            seconds
+                .entry((v, CulpritKind::Query, Some(q)))
+                .or_insert(0.0);
         }
     }
     let deep_of = |v: u32, q: Option<u32>| deep.get(&(v, q.unwrap_or(u32::MAX))).copied();
@@ -66,7 +70,10 @@ pub fn culprits(
                     .total_cmp(&deep_of(*va, *qa).unwrap_or(0.0)),
             )
             .then(ka.name().cmp(kb.name()))
-            .then(qa.map(|q| ds.queries.name(q)).cmp(&qb.map(|q| ds.queries.name(q))))
+            .then(
+                qa.map(|q| ds.queries.name(q))
+                    .cmp(&qb.map(|q| ds.queries.name(q))),
+            )
     });
     rows.into_iter()
         .map(|((v, kind, q), secs)| CulpritRow {

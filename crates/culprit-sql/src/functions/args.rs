@@ -44,11 +44,7 @@ impl Args {
                 .and_then(|p| p.evaluate(&batch))
             {
                 Ok(ColumnarValue::Scalar(v)) => v,
-                _ => {
-                    return bad_arg!(function, "argument {} ({e}) must be a constant",
-                        i + 1
-                    )
-                }
+                _ => return bad_arg!(function, "argument {} ({e}) must be a constant", i + 1),
             };
             if let ScalarValue::Utf8(Some(s))
             | ScalarValue::LargeUtf8(Some(s))
@@ -60,9 +56,7 @@ impl Args {
                 }
             }
             if !options.is_empty() {
-                return bad_arg!(function, "positional argument {} after an option",
-                    i + 1
-                );
+                return bad_arg!(function, "positional argument {} after an option", i + 1);
             }
             positional.push(value);
         }
@@ -75,8 +69,7 @@ impl Args {
 
     pub fn max_positional(&self, n: usize, usage: &str) -> Result<()> {
         if self.positional.len() > n {
-            return bad_arg!(self.function, "too many arguments; usage: {usage}",
-            );
+            return bad_arg!(self.function, "too many arguments; usage: {usage}",);
         }
         Ok(())
     }
@@ -89,9 +82,7 @@ impl Args {
             Some(ScalarValue::Utf8(Some(s)))
             | Some(ScalarValue::LargeUtf8(Some(s)))
             | Some(ScalarValue::Utf8View(Some(s))) => Ok(Some(s.clone())),
-            Some(v) => bad_arg!(self.function, "argument {} must be text, got {v}",
-                i + 1
-            ),
+            Some(v) => bad_arg!(self.function, "argument {} must be text, got {v}", i + 1),
         }
     }
 
@@ -116,7 +107,9 @@ impl Args {
         };
         match us {
             Some(us) => Ok(Some(us)),
-            None => bad_arg!(self.function, "argument {} is not a time (a timestamp, RFC 3339 text or epoch milliseconds): {v}",
+            None => bad_arg!(
+                self.function,
+                "argument {} is not a time (a timestamp, RFC 3339 text or epoch milliseconds): {v}",
                 i + 1
             ),
         }
@@ -154,7 +147,9 @@ impl Args {
                         "window" => Attribution::Window,
                         "paper" => Attribution::Paper,
                         _ => {
-                            return bad_arg!(self.function, "attribution must be 'window' or 'paper', got '{v}'",
+                            return bad_arg!(
+                                self.function,
+                                "attribution must be 'window' or 'paper', got '{v}'",
                             )
                         }
                     }
@@ -164,7 +159,9 @@ impl Args {
                         "direct" => SlotBlame::Direct,
                         "transitive" => SlotBlame::Transitive,
                         _ => {
-                            return bad_arg!(self.function, "slots must be 'direct' or 'transitive', got '{v}'",
+                            return bad_arg!(
+                                self.function,
+                                "slots must be 'direct' or 'transitive', got '{v}'",
                             )
                         }
                     }

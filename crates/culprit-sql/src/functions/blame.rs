@@ -38,7 +38,9 @@ impl TableFunction for Blame {
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
-        let blamed = snapshot.blame(&self.opts).map_err(in_function(Self::NAME))?;
+        let blamed = snapshot
+            .blame(&self.opts)
+            .map_err(in_function(Self::NAME))?;
         blame_rows(snapshot.ds.clone(), blamed.level4)
     }
 }

@@ -64,4 +64,3 @@ fn culprits_schema() -> SchemaRef {
         ("deep_overlap_seconds", Ty::Float),
     ])
 }
-

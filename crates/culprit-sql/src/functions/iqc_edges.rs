@@ -2,10 +2,10 @@
 //! victims' iQC-Graph, from cause to effect, with their impact factors
 //! (method.md section 6; 000 §4, App. C).
 
-use culprit_core::method::{Dataset, IqcGraph};
-use datafusion::arrow::array::RecordBatch;
 use culprit_core::method::BlameOptions;
+use culprit_core::method::{Dataset, IqcGraph};
 use culprit_engine::Snapshot;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
@@ -33,7 +33,9 @@ impl TableFunction for IqcEdges {
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
-        let (graph, _) = snapshot.graph(&self.opts).map_err(in_function(Self::NAME))?;
+        let (graph, _) = snapshot
+            .graph(&self.opts)
+            .map_err(in_function(Self::NAME))?;
         edges_batch(&snapshot.ds, &graph).map(Rows::one)
     }
 }
@@ -52,7 +54,10 @@ fn iqc_edges_schema() -> SchemaRef {
 fn edges_batch(ds: &Dataset, g: &IqcGraph) -> Result<RecordBatch> {
     let mut out = Out::new(iqc_edges_schema(), g.graph.edge_count());
     for e in g.graph.edge_indices() {
-        let (a, z) = g.graph.edge_endpoints(e).expect("an edge index of this graph has endpoints");
+        let (a, z) = g
+            .graph
+            .edge_endpoints(e)
+            .expect("an edge index of this graph has endpoints");
         out.row(vec![
             Cell::S(Some(ds.queries.name(g.graph[a].victim))),
             Cell::I(Some(a.index() as i64)),

@@ -3,10 +3,10 @@
 //! degree of responsibility (method.md section 6; 000 §4, App. C).
 
 use culprit_core::method::model::Interner;
-use culprit_core::method::{Culprit, Dataset, IqcGraph, NodeKey};
-use datafusion::arrow::array::RecordBatch;
 use culprit_core::method::BlameOptions;
+use culprit_core::method::{Culprit, Dataset, IqcGraph, NodeKey};
 use culprit_engine::Snapshot;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
@@ -34,7 +34,9 @@ impl TableFunction for IqcNodes {
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
-        let (graph, level4) = snapshot.graph(&self.opts).map_err(in_function(Self::NAME))?;
+        let (graph, level4) = snapshot
+            .graph(&self.opts)
+            .map_err(in_function(Self::NAME))?;
         nodes_batch(&snapshot.ds, &graph, level4.details(&snapshot.ds)).map(Rows::one)
     }
 }
@@ -190,4 +192,3 @@ fn nodes_batch(ds: &Dataset, g: &IqcGraph, names: &Interner) -> Result<RecordBat
     }
     out.finish()
 }
-

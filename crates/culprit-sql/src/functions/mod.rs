@@ -38,7 +38,12 @@ pub use table_function::{Registered, TableFunction};
 /// Registers every culprit function in the session.
 pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
     // Scalars and the aggregate (method.md sections 3 and 4).
-    for udf in [ratp::udf(), ratp_blocked::udf(), ratp_max::udf(), slowdown::udf()] {
+    for udf in [
+        ratp::udf(),
+        ratp_blocked::udf(),
+        ratp_max::udf(),
+        slowdown::udf(),
+    ] {
         ctx.register_udf(udf);
     }
     ctx.register_udaf(blame_beta::udaf());

@@ -175,9 +175,9 @@ impl PartitionStream for Once {
         let stream: Box<dyn Iterator<Item = Result<RecordBatch>> + Send> = match batches {
             Some(b) => b,
             // A plan executed twice: a bug of the caller, not of the input.
-            None => Box::new(std::iter::once(Err(to_datafusion(Error::Internal(format!(
-                "{name}(): its result was already read; call the function again"
-            )))))),
+            None => Box::new(std::iter::once(Err(to_datafusion(Error::Internal(
+                format!("{name}(): its result was already read; call the function again"),
+            ))))),
         };
         Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
