@@ -17,6 +17,9 @@ pub struct Converted {
     pub errors: Vec<(usize, String)>,
 }
 
+/// Converts a raw column (`name`, for messages) to the canonical type of
+/// `kind`. An error rejects the whole column; a value that does not convert
+/// becomes NULL, with its row's reason in `errors`.
 pub fn convert(raw: &ArrayRef, kind: ColumnKind, name: &str) -> Result<Converted, String> {
     match kind {
         ColumnKind::Str => to_text(raw, name).map(|array| Converted {
@@ -76,10 +79,13 @@ fn non_finite(array: &ArrayRef, name: &str) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// Converts a column to times. Timestamps and dates are cast; numbers are
+/// epoch milliseconds; anything else is read as text (RFC 3339, or epoch
+/// milliseconds written as text).
 fn to_time(raw: &ArrayRef, name: &str) -> Result<Converted, String> {
-    let target = culprit_core::schema::timestamp_type();
     match raw.data_type() {
         DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 => {
+            let target = culprit_core::schema::timestamp_type();
             let array = cast(raw, &target).map_err(|e| format!("column {name}: {e}"))?;
             Ok(Converted {
                 array,
@@ -93,81 +99,90 @@ fn to_time(raw: &ArrayRef, name: &str) -> Result<Converted, String> {
         | DataType::UInt8
         | DataType::UInt16
         | DataType::UInt32
-        | DataType::UInt64 => {
-            // Integer epoch milliseconds.
-            let ms = cast(raw, &DataType::Int64).map_err(|e| format!("column {name}: {e}"))?;
-            let ms = ms.as_primitive::<Int64Type>();
-            let mut errors = Vec::new();
-            let values: TimestampMicrosecondArray = ms
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let v = v?;
-                    let us = v.checked_mul(1000);
-                    if us.is_none() {
-                        errors.push((i, format!("{name} is out of range: {v}")));
-                    }
-                    us
-                })
-                .collect();
-            Ok(Converted {
-                array: Arc::new(values.with_timezone("UTC")),
-                errors,
-            })
-        }
-        DataType::Float32 | DataType::Float64 => {
-            let ms = cast(raw, &DataType::Float64).map_err(|e| format!("column {name}: {e}"))?;
-            let ms = ms.as_primitive::<arrow::datatypes::Float64Type>();
-            let mut errors = Vec::new();
-            let values: TimestampMicrosecondArray = ms
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let v = v?;
-                    if v.is_finite() && v.abs() < 9.0e15 {
-                        Some((v * 1000.0).round() as i64)
-                    } else {
-                        errors.push((i, format!("{name} is not a valid epoch time: {v}")));
-                        None
-                    }
-                })
-                .collect();
-            Ok(Converted {
-                array: Arc::new(values.with_timezone("UTC")),
-                errors,
-            })
-        }
-        _ => {
-            let text = to_text(raw, name)?;
-            let text: &StringArray = text.as_string::<i32>();
-            let mut errors = Vec::new();
-            let values: TimestampMicrosecondArray = text
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let v = v?.trim();
-                    if v.is_empty() {
-                        return None;
-                    }
-                    match parse_time(v) {
-                        Some(us) => Some(us),
-                        None => {
-                            errors.push((
-                                i,
-                                format!(
-                                    "{name} is not a time (RFC 3339 text or epoch milliseconds): '{v}'"
-                                ),
-                            ));
-                            None
-                        }
-                    }
-                })
-                .collect();
-            Ok(Converted {
-                array: Arc::new(values.with_timezone("UTC")),
-                errors,
-            })
-        }
+        | DataType::UInt64 => time_from_integer_ms(raw, name),
+        DataType::Float32 | DataType::Float64 => time_from_float_ms(raw, name),
+        _ => time_from_text(raw, name),
+    }
+}
+
+/// Times from integer epoch milliseconds; a value whose microseconds do not
+/// fit in 64 bits is rejected.
+fn time_from_integer_ms(raw: &ArrayRef, name: &str) -> Result<Converted, String> {
+    let ms = cast(raw, &DataType::Int64).map_err(|e| format!("column {name}: {e}"))?;
+    let ms = ms.as_primitive::<Int64Type>();
+    let mut errors = Vec::new();
+    let values: TimestampMicrosecondArray = ms
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v?;
+            let us = v.checked_mul(1000);
+            if us.is_none() {
+                errors.push((i, format!("{name} is out of range: {v}")));
+            }
+            us
+        })
+        .collect();
+    Ok(times(values, errors))
+}
+
+/// Times from fractional epoch milliseconds, rounded to the microsecond; a
+/// value that is not finite or too large for a time is rejected.
+fn time_from_float_ms(raw: &ArrayRef, name: &str) -> Result<Converted, String> {
+    let ms = cast(raw, &DataType::Float64).map_err(|e| format!("column {name}: {e}"))?;
+    let ms = ms.as_primitive::<arrow::datatypes::Float64Type>();
+    let mut errors = Vec::new();
+    let values: TimestampMicrosecondArray = ms
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v?;
+            if v.is_finite() && v.abs() < 9.0e15 {
+                Some((v * 1000.0).round() as i64)
+            } else {
+                errors.push((i, format!("{name} is not a valid epoch time: {v}")));
+                None
+            }
+        })
+        .collect();
+    Ok(times(values, errors))
+}
+
+/// Times from text; blank text is NULL, text that is no time is rejected.
+fn time_from_text(raw: &ArrayRef, name: &str) -> Result<Converted, String> {
+    let text = to_text(raw, name)?;
+    let text: &StringArray = text.as_string::<i32>();
+    let mut errors = Vec::new();
+    let values: TimestampMicrosecondArray = text
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v?.trim();
+            if v.is_empty() {
+                return None;
+            }
+            match parse_time(v) {
+                Some(us) => Some(us),
+                None => {
+                    errors.push((
+                        i,
+                        format!(
+                            "{name} is not a time (RFC 3339 text or epoch milliseconds): '{v}'"
+                        ),
+                    ));
+                    None
+                }
+            }
+        })
+        .collect();
+    Ok(times(values, errors))
+}
+
+/// Converted times, in UTC like every time column.
+fn times(values: TimestampMicrosecondArray, errors: Vec<(usize, String)>) -> Converted {
+    Converted {
+        array: Arc::new(values.with_timezone("UTC")),
+        errors,
     }
 }
 

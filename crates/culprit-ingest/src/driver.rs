@@ -139,6 +139,9 @@ impl IngestReport {
     }
 }
 
+/// An interchange file: the table it holds, its format, the file.
+type TableFile = (Table, Format, SourceFile);
+
 /// Ingests the sources into the store as one batch.
 pub async fn ingest(
     store: &Store,
@@ -148,9 +151,41 @@ pub async fn ingest(
 ) -> Result<IngestReport> {
     let started = Instant::now();
     let mut report = IngestReport::default();
+    let (work, candidates) = sort_sources(sources, opts, &mut report);
+    let logs = spark::group(candidates);
+    let manifest = store.manifest().await?;
+    let mut known = index_stored(store, &manifest, &work, &logs).await?;
 
-    // Which table and format each file is; the rest may be Spark event logs.
-    let mut work: Vec<(Table, Format, SourceFile)> = Vec::new();
+    let (files, bytes) = total_size(&work, &logs);
+    progress.start(files, bytes);
+    let mut pending = store.begin();
+    let mut ctx = Ctx {
+        pending: &mut pending,
+        manifest: &manifest,
+        known: &mut known,
+        report: &mut report,
+        progress,
+        buffered: BTreeMap::new(),
+        seen_keys: HashSet::new(),
+        max_decoded: usize::try_from(opts.max_decoded_bytes).unwrap_or(usize::MAX),
+    };
+    let read = ctx.read_all(work, logs).await;
+    progress.finish();
+    end_batch(pending, read, opts, &mut report).await?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Sorts the sources into interchange files (in table order, so tasks are
+/// known before their windows) and candidate Spark event logs: the files
+/// whose name says no table. A file forced to a table (`--table`) in an
+/// unknown format is rejected.
+fn sort_sources(
+    sources: Vec<SourceFile>,
+    opts: &IngestOptions,
+    report: &mut IngestReport,
+) -> (Vec<TableFile>, Vec<SourceFile>) {
+    let mut work: Vec<TableFile> = Vec::new();
     let mut candidates = Vec::new();
     for src in sources {
         let table = opts.table.or_else(|| Table::from_file_name(&src.name));
@@ -166,9 +201,18 @@ pub async fn ingest(
         }
     }
     work.sort_by_key(|(t, _, _)| *t);
-    let logs = spark::group(candidates);
+    (work, candidates)
+}
 
-    let manifest = store.manifest().await?;
+/// What the store already holds that the checks of these inputs need: the
+/// runs of stored tasks (for windows) and the keys of the keyed tables
+/// they write (for duplicates). An event log writes every keyed table.
+async fn index_stored(
+    store: &Store,
+    manifest: &culprit_store::Manifest,
+    work: &[TableFile],
+    logs: &[LogUnit],
+) -> Result<Known> {
     let mut known = Known::default();
     let mut tables: HashSet<Table> = work.iter().map(|(t, _, _)| *t).collect();
     if !logs.is_empty() {
@@ -182,46 +226,40 @@ pub async fn ingest(
     if tables.contains(&Table::Tasks) || tables.contains(&Table::TaskWindows) {
         let cols = ["task_id", "launch_time", "finish_time", "ready_time"];
         let stored = store
-            .read_table(&manifest, Table::Tasks, Some(&cols))
+            .read_table(manifest, Table::Tasks, Some(&cols))
             .await?;
         validate::index_tasks(&stored, &mut known);
     }
     for t in [Table::Queries, Table::Stages, Table::Executors] {
         if tables.contains(&t) {
-            let stored = store
-                .read_table(&manifest, t, Some(t.key_columns()))
-                .await?;
+            let stored = store.read_table(manifest, t, Some(t.key_columns())).await?;
             validate::index_keys(t, &stored, &mut known);
         }
     }
+    Ok(known)
+}
 
+/// Files and bytes to read, for the progress bar.
+fn total_size(work: &[TableFile], logs: &[LogUnit]) -> (usize, u64) {
     let files = work.len() + logs.iter().map(|l| l.parts.len()).sum::<usize>();
     let bytes = work.iter().map(|(_, _, s)| s.size).sum::<u64>()
         + logs
             .iter()
             .flat_map(|l| l.parts.iter().map(|p| p.size))
             .sum::<u64>();
-    progress.start(files, bytes);
-    let mut pending = store.begin();
-    let mut ctx = Ctx {
-        pending: &mut pending,
-        manifest: &manifest,
-        known: &mut known,
-        report: &mut report,
-        progress,
-        buffered: BTreeMap::new(),
-        seen_keys: HashSet::new(),
-        max_decoded: usize::try_from(opts.max_decoded_bytes).unwrap_or(usize::MAX),
-    };
-    let mut result = ctx.read_files(work).await;
-    if result.is_ok() {
-        result = ctx.read_logs(logs).await;
-    }
-    if result.is_ok() {
-        result = ctx.flush_all().await;
-    }
-    progress.finish();
-    if let Err(e) = result {
+    (files, bytes)
+}
+
+/// Ends the batch: aborted after an error reading it, in strict mode when
+/// a row was rejected, or when nothing was read at all; else committed (the
+/// report gets the rows and the store version).
+async fn end_batch(
+    pending: PendingBatch,
+    read: Result<()>,
+    opts: &IngestOptions,
+    report: &mut IngestReport,
+) -> Result<()> {
+    if let Err(e) = read {
         pending.abort().await;
         return Err(e);
     }
@@ -236,8 +274,7 @@ pub async fn ingest(
         let info = pending.commit().await?;
         report.version = Some(info.version);
     }
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(())
 }
 
 /// What became of a candidate event log.
@@ -319,6 +356,14 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Reads the interchange files, then the event logs, then writes what
+    /// is buffered; the first error stops it.
+    async fn read_all(&mut self, work: Vec<TableFile>, logs: Vec<LogUnit>) -> Result<()> {
+        self.read_files(work).await?;
+        self.read_logs(logs).await?;
+        self.flush_all().await
+    }
+
     async fn flush_all(&mut self) -> Result<()> {
         for (table, (batches, _)) in std::mem::take(&mut self.buffered) {
             self.pending.write(table, &batches).await?;
@@ -327,7 +372,7 @@ impl Ctx<'_> {
     }
 
     /// Interchange files (Parquet, CSV, JSON lines).
-    async fn read_files(&mut self, work: Vec<(Table, Format, SourceFile)>) -> Result<()> {
+    async fn read_files(&mut self, work: Vec<TableFile>) -> Result<()> {
         for (table, format, src) in work {
             let bytes = src.read().await?;
             let key = hex::encode(Sha256::digest(&bytes));
@@ -428,8 +473,46 @@ impl Ctx<'_> {
         raw_parts: Vec<(String, bytes::Bytes)>,
         explicit: bool,
     ) -> Result<LogOutcome> {
+        let parts = match self.decode_parts(&raw_parts, explicit) {
+            Ok(parts) => parts,
+            Err(outcome) => return Ok(outcome),
+        };
+        // The decoded text is all that is needed from here: free the input.
+        drop(raw_parts);
+        if !spark::is_event_log(&parts[0].text) {
+            return Ok(self.not_an_event_log(name, explicit));
+        }
+        self.report.spark_logs += 1;
+        self.note_truncated_streams(&parts);
+        let mut parsed = spark::parse(&parts, state, &spark::fallback_id(name));
+        drop(parts);
+        self.report_parse_problems(name, &parsed);
+        let tables = std::mem::take(&mut parsed.tables);
+        for (table, raw) in tables {
+            let locate = |o: Origin| match o {
+                Origin::Line(n) => {
+                    let (file, line) = parsed.locate(n);
+                    (file, format!("line {line}"))
+                }
+                other => (name.to_string(), other.to_string()),
+            };
+            self.add_rows(table, raw, name, BatchDuplicates::Skip, &locate)
+                .await?;
+        }
+        Ok(LogOutcome::Parsed)
+    }
+
+    /// Decodes the parts of a log, or says what became of it when one does
+    /// not decode: rejected when it is surely meant as a log (its bytes say
+    /// so, the user named it, or an earlier part decoded), else ignored (a
+    /// file in a folder that may be anything).
+    fn decode_parts(
+        &mut self,
+        raw_parts: &[(String, bytes::Bytes)],
+        explicit: bool,
+    ) -> std::result::Result<Vec<spark::Part>, LogOutcome> {
         let mut parts = Vec::with_capacity(raw_parts.len());
-        for (part_name, bytes) in &raw_parts {
+        for (part_name, bytes) in raw_parts {
             match spark::decode(part_name, bytes, self.max_decoded) {
                 Ok(p) => parts.push(p),
                 Err(e) if e.certain || explicit || !parts.is_empty() => {
@@ -438,36 +521,43 @@ impl Ctx<'_> {
                         location: None,
                         reason: e.reason,
                     });
-                    return Ok(LogOutcome::Rejected);
+                    return Err(LogOutcome::Rejected);
                 }
                 Err(_) => {
                     self.report.ignored_files.push(part_name.clone());
-                    return Ok(LogOutcome::Ignored);
+                    return Err(LogOutcome::Ignored);
                 }
             }
         }
-        drop(raw_parts);
-        if !spark::is_event_log(&parts[0].text) {
-            if explicit {
-                let reason = if Format::from_path(name).is_some() {
-                    "cannot tell the table from the file or folder name (use --table)"
-                } else {
-                    "not telemetry: neither an interchange file (tasks.csv, \
-                     stages.parquet, ...) nor a Spark event log (its first line \
-                     is not a JSON event)"
-                };
-                self.report.rejected.push(Rejection {
-                    file: name.to_string(),
-                    location: None,
-                    reason: reason.into(),
-                });
-                return Ok(LogOutcome::Rejected);
-            }
+        Ok(parts)
+    }
+
+    /// A file whose first line is no Spark event: rejected when the user
+    /// named it (saying what it may be instead), else ignored.
+    fn not_an_event_log(&mut self, name: &str, explicit: bool) -> LogOutcome {
+        if !explicit {
             self.report.ignored_files.push(name.to_string());
-            return Ok(LogOutcome::Ignored);
+            return LogOutcome::Ignored;
         }
-        self.report.spark_logs += 1;
-        for p in &parts {
+        let reason = if Format::from_path(name).is_some() {
+            "cannot tell the table from the file or folder name (use --table)"
+        } else {
+            "not telemetry: neither an interchange file (tasks.csv, \
+             stages.parquet, ...) nor a Spark event log (its first line \
+             is not a JSON event)"
+        };
+        self.report.rejected.push(Rejection {
+            file: name.to_string(),
+            location: None,
+            reason: reason.into(),
+        });
+        LogOutcome::Rejected
+    }
+
+    /// Notes the compressed parts whose stream ends early: what was decoded
+    /// is read, which is worth knowing but no error.
+    fn note_truncated_streams(&mut self, parts: &[spark::Part]) {
+        for p in parts {
             if let Some(why) = &p.truncated {
                 self.report.notes.push(format!(
                     "{}: the {} stream ends early ({why}); read up to there",
@@ -476,8 +566,11 @@ impl Ctx<'_> {
                 ));
             }
         }
-        let mut parsed = spark::parse(&parts, state, &spark::fallback_id(name));
-        drop(parts);
+    }
+
+    /// Reports what parsing the log found wrong: malformed lines are
+    /// rejected; unknown event types and a cut last line are noted.
+    fn report_parse_problems(&mut self, name: &str, parsed: &spark::Parsed) {
         for (part, line, reason) in &parsed.malformed {
             self.report.rejected.push(Rejection {
                 file: part.clone(),
@@ -501,18 +594,5 @@ impl Ctx<'_> {
                 "{name}: the last line is cut (the log is in progress); it is read when complete"
             ));
         }
-        let tables = std::mem::take(&mut parsed.tables);
-        for (table, raw) in tables {
-            let locate = |o: Origin| match o {
-                Origin::Line(n) => {
-                    let (file, line) = parsed.locate(n);
-                    (file, format!("line {line}"))
-                }
-                other => (name.to_string(), other.to_string()),
-            };
-            self.add_rows(table, raw, name, BatchDuplicates::Skip, &locate)
-                .await?;
-        }
-        Ok(LogOutcome::Parsed)
     }
 }

@@ -2,7 +2,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
+};
 use arrow::compute::filter;
 use arrow::datatypes::{Float64Type, TimestampMicrosecondType};
 use culprit_core::{ColumnKind, Resource, Table};
@@ -47,6 +49,12 @@ pub enum BatchDuplicates {
     Skip,
 }
 
+/// Checks the raw rows of one file (`file`, for the place of a key's first
+/// row) as `table`: converts each column, rejects every row that breaks a
+/// rule (with the first rule it breaks), skips rows already stored, and
+/// records the accepted keys and tasks in `known` for the files after it.
+/// An error rejects the whole file (a required column missing, a column
+/// that cannot be read as its type).
 pub fn check(
     table: Table,
     raw: RawRows,
@@ -54,51 +62,134 @@ pub fn check(
     known: &mut Known,
     duplicates: BatchDuplicates,
 ) -> Result<Checked, String> {
-    let n = raw.len();
-    let mut reason: Vec<Option<String>> = vec![None; n];
-    let reject = |reason: &mut Vec<Option<String>>, i: usize, why: String| {
-        if reason[i].is_none() {
-            reason[i] = Some(why);
-        }
+    let rows = raw.len();
+    let mut reasons = Reasons::new(rows);
+    let columns = convert_columns(table, &raw, &mut reasons)?;
+    let view = Columns {
+        table,
+        arrays: &columns,
     };
+    check_time_order(&view, rows, &mut reasons);
+    check_resources(&view, rows, &mut reasons);
+    if table == Table::TaskWindows {
+        check_windows_in_tasks(&view, rows, known, &mut reasons);
+    }
+    let already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
 
+    let keep: BooleanArray = (0..rows)
+        .map(|i| Some(reasons.accepts(i) && !already[i]))
+        .collect();
+    let columns = columns
+        .iter()
+        .map(|c| filter(c, &keep))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| e.to_string())?;
+    if table == Table::Tasks {
+        remember_tasks(&batch, known);
+    }
+
+    let mut rejected: Vec<(Origin, String)> = raw.unreadable;
+    rejected.extend(
+        reasons
+            .0
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.map(|r| (raw.origins[i], r))),
+    );
+    Ok(Checked {
+        batch,
+        rejected,
+        already_stored: already.iter().filter(|a| **a).count(),
+    })
+}
+
+/// Why each row is rejected, if it is: the first rule it breaks (later
+/// ones are not reported).
+struct Reasons(Vec<Option<String>>);
+
+impl Reasons {
+    fn new(rows: usize) -> Self {
+        Reasons(vec![None; rows])
+    }
+
+    fn reject(&mut self, row: usize, why: String) {
+        if self.0[row].is_none() {
+            self.0[row] = Some(why);
+        }
+    }
+
+    fn accepts(&self, row: usize) -> bool {
+        self.0[row].is_none()
+    }
+}
+
+/// The converted columns of a table's rows, looked up by name.
+struct Columns<'a> {
+    table: Table,
+    arrays: &'a [ArrayRef],
+}
+
+impl Columns<'_> {
+    fn get(&self, name: &str) -> &ArrayRef {
+        &self.arrays[self.table.column_index(name).expect("known column")]
+    }
+
+    fn time(&self, name: &str) -> &PrimitiveArray<TimestampMicrosecondType> {
+        self.get(name).as_primitive::<TimestampMicrosecondType>()
+    }
+
+    fn text(&self, name: &str) -> &StringArray {
+        self.get(name).as_string::<i32>()
+    }
+}
+
+/// Every column of the table in its canonical type (NULL when the file has
+/// no such optional column); rejects the rows whose value does not convert,
+/// is missing where required, or is negative where it may not be.
+fn convert_columns(
+    table: Table,
+    raw: &RawRows,
+    reasons: &mut Reasons,
+) -> Result<Vec<ArrayRef>, String> {
+    let rows = raw.len();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(table.columns().len());
     for spec in table.columns() {
         let array = match raw.columns.get(spec.name) {
-            Some(raw_col) => {
-                let c = convert(raw_col, spec.kind, spec.name)?;
-                for (i, why) in c.errors {
-                    reject(&mut reason, i, why);
+            Some(raw_column) => {
+                let converted = convert(raw_column, spec.kind, spec.name)?;
+                for (i, why) in converted.errors {
+                    reasons.reject(i, why);
                 }
-                c.array
+                converted.array
             }
             None if spec.required => {
                 return Err(format!("missing required column '{}'", spec.name));
             }
-            None => arrow::array::new_null_array(&spec.kind.data_type(), n),
+            None => arrow::array::new_null_array(&spec.kind.data_type(), rows),
         };
-        for i in 0..n {
+        for i in 0..rows {
             if spec.required && array.is_null(i) {
-                reject(&mut reason, i, format!("{} is missing", spec.name));
+                reasons.reject(i, format!("{} is missing", spec.name));
             }
         }
         if spec.non_negative && spec.kind == ColumnKind::Float {
-            let a = array.as_primitive::<Float64Type>();
-            for (i, v) in a.iter().enumerate() {
+            let values = array.as_primitive::<Float64Type>();
+            for (i, v) in values.iter().enumerate() {
                 if let Some(v) = v.filter(|v| *v < 0.0) {
-                    reject(&mut reason, i, format!("negative {}: {v}", spec.name));
+                    reasons.reject(i, format!("negative {}: {v}", spec.name));
                 }
             }
         }
         columns.push(array);
     }
+    Ok(columns)
+}
 
-    let col = |name: &str| columns[table.column_index(name).expect("known column")].clone();
-    let time = |name: &str| col(name).as_primitive::<TimestampMicrosecondType>().clone();
-    let text = |name: &str| col(name).as_string::<i32>().clone();
-
-    // End before start.
-    let orders: &[(&str, &str)] = match table {
+/// Rejects rows that end before they start (or, for a task, launch before
+/// they are ready).
+fn check_time_order(columns: &Columns, rows: usize, reasons: &mut Reasons) {
+    let orders: &[(&str, &str)] = match columns.table {
         Table::Queries | Table::Stages => &[
             ("submit_time", "start_time"),
             ("start_time", "end_time"),
@@ -111,146 +202,138 @@ pub fn check(
         Table::TaskWindows | Table::HostWindows => &[("window_start", "window_end")],
         Table::Executors => &[("add_time", "remove_time")],
     };
-    for (a, b) in orders {
-        let (ta, tb) = (time(a), time(b));
-        for i in 0..n {
-            if ta.is_valid(i) && tb.is_valid(i) && tb.value(i) < ta.value(i) {
-                reject(&mut reason, i, format!("{b} is before {a}"));
-            }
-        }
-    }
-
-    // Resources must be known.
-    if matches!(table, Table::TaskWindows | Table::HostWindows) {
-        let res = text("resource");
-        for i in 0..n {
-            if res.is_valid(i) {
-                if let Err(e) = res.value(i).parse::<Resource>() {
-                    reject(&mut reason, i, e);
-                }
-            }
-        }
-    }
-
-    // Windows must name a known task and lie inside its run (slot waits:
-    // inside [ready_time, launch_time)).
-    if table == Table::TaskWindows {
-        let (ids, res, start, end) = (
-            text("task_id"),
-            text("resource"),
-            time("window_start"),
-            time("window_end"),
-        );
-        for i in 0..n {
-            if reason[i].is_some() {
-                continue;
-            }
-            let id = ids.value(i);
-            let Some(span) = known.tasks.get(id) else {
-                reject(&mut reason, i, format!("unknown task id '{id}'"));
-                continue;
-            };
-            let (s, e) = (start.value(i), end.value(i));
-            if res.value(i) == "slots" {
-                match span.ready {
-                    Some(ready) if s >= ready && e <= span.launch => {}
-                    Some(_) => reject(
-                        &mut reason,
-                        i,
-                        format!(
-                            "slots window outside task '{id}''s wait [ready_time, launch_time)"
-                        ),
-                    ),
-                    None => reject(
-                        &mut reason,
-                        i,
-                        format!("slots window for task '{id}', which has no ready_time"),
-                    ),
-                }
-            } else if s < span.launch || e > span.finish {
-                reject(
-                    &mut reason,
-                    i,
-                    format!("window outside its task '{id}' [launch_time, finish_time]"),
-                );
-            }
-        }
-    }
-
-    // Keys: already stored means skipped; twice in this batch is an error.
-    let mut already = vec![false; n];
-    let key_cols = table.key_columns();
-    if !key_cols.is_empty() {
-        let parts: Vec<_> = key_cols.iter().map(|c| text(c)).collect();
-        let stored = known.stored_keys.entry(table).or_default();
-        let seen = known.batch_keys.entry(table).or_default();
-        for i in 0..n {
-            if reason[i].is_some() {
-                continue;
-            }
-            let key = parts
-                .iter()
-                .map(|p| p.value(i))
-                .collect::<Vec<_>>()
-                .join("\u{1f}");
-            if stored.contains(&key)
-                || (duplicates == BatchDuplicates::Skip && seen.contains_key(&key))
+    for (first, then) in orders {
+        let (first_times, then_times) = (columns.time(first), columns.time(then));
+        for i in 0..rows {
+            if first_times.is_valid(i)
+                && then_times.is_valid(i)
+                && then_times.value(i) < first_times.value(i)
             {
-                already[i] = true;
-            } else if let Some(first) = seen.get(&key) {
-                let shown = key.replace('\u{1f}', "/");
-                reject(
-                    &mut reason,
-                    i,
-                    format!("duplicate key '{shown}' (first at {first})"),
-                );
-            } else {
-                seen.insert(key, format!("{file}:{}", raw.origins[i]));
+                reasons.reject(i, format!("{then} is before {first}"));
             }
         }
     }
+}
 
-    let keep: BooleanArray = (0..n)
-        .map(|i| Some(reason[i].is_none() && !already[i]))
-        .collect();
-    let columns = columns
-        .iter()
-        .map(|c| filter(c, &keep))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| e.to_string())?;
+/// Rejects window rows of a resource culprit does not know.
+fn check_resources(columns: &Columns, rows: usize, reasons: &mut Reasons) {
+    if !matches!(columns.table, Table::TaskWindows | Table::HostWindows) {
+        return;
+    }
+    let resources = columns.text("resource");
+    for i in 0..rows {
+        if resources.is_valid(i) {
+            if let Err(e) = resources.value(i).parse::<Resource>() {
+                reasons.reject(i, e);
+            }
+        }
+    }
+}
 
-    if table == Table::Tasks {
-        let (ids, launch, finish, ready) = (
-            batch.column(0).as_string::<i32>().clone(),
-            batch_time(&batch, "launch_time"),
-            batch_time(&batch, "finish_time"),
-            batch_time(&batch, "ready_time"),
-        );
-        for i in 0..batch.num_rows() {
-            known.tasks.insert(
-                ids.value(i).to_string(),
-                TaskSpan {
-                    launch: launch.value(i),
-                    finish: finish.value(i),
-                    ready: ready.is_valid(i).then(|| ready.value(i)),
-                },
+/// Rejects task windows that name no known task or lie outside its run: a
+/// slot wait must lie inside [ready_time, launch_time), any other window
+/// inside [launch_time, finish_time]. Rows already rejected are not looked
+/// at (their values may be missing).
+fn check_windows_in_tasks(columns: &Columns, rows: usize, known: &Known, reasons: &mut Reasons) {
+    let (ids, resources, starts, ends) = (
+        columns.text("task_id"),
+        columns.text("resource"),
+        columns.time("window_start"),
+        columns.time("window_end"),
+    );
+    for i in 0..rows {
+        if !reasons.accepts(i) {
+            continue;
+        }
+        let id = ids.value(i);
+        let Some(span) = known.tasks.get(id) else {
+            reasons.reject(i, format!("unknown task id '{id}'"));
+            continue;
+        };
+        let (start, end) = (starts.value(i), ends.value(i));
+        if resources.value(i) == "slots" {
+            match span.ready {
+                Some(ready) if start >= ready && end <= span.launch => {}
+                Some(_) => reasons.reject(
+                    i,
+                    format!("slots window outside task '{id}''s wait [ready_time, launch_time)"),
+                ),
+                None => reasons.reject(
+                    i,
+                    format!("slots window for task '{id}', which has no ready_time"),
+                ),
+            }
+        } else if start < span.launch || end > span.finish {
+            reasons.reject(
+                i,
+                format!("window outside its task '{id}' [launch_time, finish_time]"),
             );
         }
     }
+}
 
-    let mut rejected: Vec<(Origin, String)> = raw.unreadable;
-    rejected.extend(
-        reason
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, r)| r.map(|r| (raw.origins[i], r))),
+/// Checks the keys of the rows not rejected: a key already stored means
+/// the row is skipped (returned as `true`), a key twice in this batch is an
+/// error (or a skip, with [`BatchDuplicates::Skip`]). New keys are recorded
+/// with their place, for the error of a later duplicate.
+fn check_keys(
+    columns: &Columns,
+    raw: &RawRows,
+    file: &str,
+    known: &mut Known,
+    duplicates: BatchDuplicates,
+    reasons: &mut Reasons,
+) -> Vec<bool> {
+    let rows = raw.len();
+    let mut already = vec![false; rows];
+    let table = columns.table;
+    let key_columns = table.key_columns();
+    if key_columns.is_empty() {
+        return already;
+    }
+    let parts: Vec<&StringArray> = key_columns.iter().map(|c| columns.text(c)).collect();
+    let stored = known.stored_keys.entry(table).or_default();
+    let seen = known.batch_keys.entry(table).or_default();
+    for i in 0..rows {
+        if !reasons.accepts(i) {
+            continue;
+        }
+        let key = parts
+            .iter()
+            .map(|p| p.value(i))
+            .collect::<Vec<_>>()
+            .join("\u{1f}");
+        if stored.contains(&key) || (duplicates == BatchDuplicates::Skip && seen.contains_key(&key))
+        {
+            already[i] = true;
+        } else if let Some(first) = seen.get(&key) {
+            let shown = key.replace('\u{1f}', "/");
+            reasons.reject(i, format!("duplicate key '{shown}' (first at {first})"));
+        } else {
+            seen.insert(key, format!("{file}:{}", raw.origins[i]));
+        }
+    }
+    already
+}
+
+/// Records the runs of accepted tasks, for the windows of later files.
+fn remember_tasks(batch: &RecordBatch, known: &mut Known) {
+    let (ids, launch, finish, ready) = (
+        batch.column(0).as_string::<i32>().clone(),
+        batch_time(batch, "launch_time"),
+        batch_time(batch, "finish_time"),
+        batch_time(batch, "ready_time"),
     );
-    Ok(Checked {
-        batch,
-        rejected,
-        already_stored: already.iter().filter(|a| **a).count(),
-    })
+    for i in 0..batch.num_rows() {
+        known.tasks.insert(
+            ids.value(i).to_string(),
+            TaskSpan {
+                launch: launch.value(i),
+                finish: finish.value(i),
+                ready: ready.is_valid(i).then(|| ready.value(i)),
+            },
+        );
+    }
 }
 
 fn batch_time(

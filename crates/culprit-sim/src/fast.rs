@@ -47,171 +47,294 @@ impl Default for FastConfig {
     }
 }
 
-const RES: [&str; 4] = ["cpu", "disk_read", "network", "disk_write"];
-const CAPS: [f64; 4] = [8.0, 400e6, 1.25e9, 400e6];
+const RESOURCES: [&str; 4] = ["cpu", "disk_read", "network", "disk_write"];
+/// What a host has of each resource, per second.
+const CAPACITY: [f64; 4] = [8.0, 400e6, 1.25e9, 400e6];
+/// What a task acquires of each resource per second at most.
+const PEAK_RATE: [f64; 4] = [1.0, 50e6, 30e6, 20e6];
+const USERS: [&str; 6] = ["alice", "bob", "carol", "dave", "erin", "mallory"];
 
+/// Writes `cfg.tasks` tasks of plausible, unsimulated data (the module doc
+/// says what is real in it), reproducibly from `cfg.seed`.
 pub fn fast(cfg: &FastConfig) -> Workload {
-    let mut rng = Rng::new(cfg.seed);
-    let per_query = cfg.tasks_per_query.max(2);
-    let n_queries = cfg.tasks.div_ceil(per_query);
-    let us = |t: f64| cfg.start_us + (t * 1e6) as i64;
+    let mut generator = Generator::new(cfg);
+    for query in 0..generator.queries {
+        generator.query(query);
+    }
+    generator.into_workload()
+}
 
-    // Slots as a min-heap of (free at, host, slot), in microseconds.
-    let mut heap: BinaryHeap<Reverse<(i64, usize)>> = (0..cfg.hosts * cfg.slots)
-        .map(|i| Reverse((0i64, i)))
-        .collect();
-    // About four queries at once: a new query every quarter of a query's span.
-    let total_slots = (cfg.hosts * cfg.slots) as f64;
-    let gap = per_query as f64 * 11.0 / total_slots / 4.0 * 1e6;
+/// Writes the tables of [`fast`], query by query. Times are kept in
+/// microseconds since time zero (`cfg.start_us`) and shifted when written.
+struct Generator<'a> {
+    cfg: &'a FastConfig,
+    rng: Rng,
+    /// Tasks per query, at least 2 (one per stage).
+    per_query: usize,
+    queries: usize,
+    /// Microseconds between two query submissions.
+    submit_gap: f64,
+    /// Slots as a min-heap of (free at, slot); a slot's host is
+    /// `slot / cfg.slots`.
+    slots: BinaryHeap<Reverse<(i64, usize)>>,
+    task_rows: TableBuilder,
+    stage_rows: TableBuilder,
+    query_rows: TableBuilder,
+    task_windows: TaskWindowColumns,
+    /// Tasks written so far.
+    tasks_made: usize,
+    /// The last end of any query.
+    span_end: i64,
+}
 
-    let rows = cfg.tasks * cfg.windows_per_task * 4;
-    let mut tid = StringBuilder::with_capacity(rows, rows * 8);
-    let mut ws = TimestampMicrosecondBuilder::with_capacity(rows);
-    let mut we = TimestampMicrosecondBuilder::with_capacity(rows);
-    let mut res = StringBuilder::with_capacity(rows, rows * 6);
-    let mut blocked = Float64Builder::with_capacity(rows);
-    let mut acquired = Float64Builder::with_capacity(rows);
-    let mut gc = Float64Builder::with_capacity(rows);
+impl<'a> Generator<'a> {
+    fn new(cfg: &'a FastConfig) -> Self {
+        let per_query = cfg.tasks_per_query.max(2);
+        let queries = cfg.tasks.div_ceil(per_query);
+        let slots = (0..cfg.hosts * cfg.slots)
+            .map(|i| Reverse((0i64, i)))
+            .collect();
+        // About four queries at once: a new query every quarter of a query's
+        // span (a task lasts 11 s on average).
+        let total_slots = (cfg.hosts * cfg.slots) as f64;
+        let submit_gap = per_query as f64 * 11.0 / total_slots / 4.0 * 1e6;
+        Generator {
+            cfg,
+            rng: Rng::new(cfg.seed),
+            per_query,
+            queries,
+            submit_gap,
+            slots,
+            task_rows: TableBuilder::new(Table::Tasks, cfg.tasks),
+            stage_rows: TableBuilder::new(Table::Stages, queries * 2),
+            query_rows: TableBuilder::new(Table::Queries, queries),
+            task_windows: TaskWindowColumns::new(cfg.tasks * cfg.windows_per_task * 4),
+            tasks_made: 0,
+            span_end: 0,
+        }
+    }
 
-    let mut tb = TableBuilder::new(Table::Tasks, cfg.tasks);
-    let mut sb = TableBuilder::new(Table::Stages, n_queries * 2);
-    let mut qb = TableBuilder::new(Table::Queries, n_queries);
-    let mut span_end = 0i64;
-    let mut made = 0usize;
-    let users = ["alice", "bob", "carol", "dave", "erin", "mallory"];
-    for q in 0..n_queries {
-        let qid = format!("q{q:06}");
-        let submit = (q as f64 * gap) as i64;
+    /// Writes query number `query`: two stages, the second after the first.
+    fn query(&mut self, query: usize) {
+        let cfg = self.cfg;
+        let query_id = format!("q{query:06}");
+        let submit = (query as f64 * self.submit_gap) as i64;
         let mut ready = submit;
-        let mut q_end = submit;
-        let in_query = per_query.min(cfg.tasks - made);
+        let mut query_end = submit;
+        let in_query = self.per_query.min(cfg.tasks - self.tasks_made);
         for stage in 0..2 {
-            let n = if stage == 0 {
+            let tasks = if stage == 0 {
                 in_query / 2
             } else {
                 in_query - in_query / 2
             };
-            let mut s_start = i64::MAX;
-            let mut s_end = ready;
-            for k in 0..n {
-                let Reverse((free, slot)) = heap.pop().expect("slots");
-                let host = slot / cfg.slots;
-                let launch = free.max(ready);
-                let dur = (rng.range(2.0, 20.0) * 1e6) as i64;
-                let finish = launch + dur;
-                heap.push(Reverse((finish, slot)));
-                s_start = s_start.min(launch);
-                s_end = s_end.max(finish);
-                let id = format!("{qid}-{stage}-{k}");
-                let mut tot_b = [0.0; 4];
-                let mut tot_a = [0.0; 4];
-                let w = cfg.windows_per_task as i64;
-                for j in 0..w {
-                    let a = launch + dur * j / w;
-                    let b = launch + dur * (j + 1) / w;
-                    let dt = (b - a) as f64 / 1e6;
-                    for r in 0..4 {
-                        let bl = dt * rng.range(0.0, 0.15);
-                        let ac = dt * rng.range(0.2, 1.0) * [1.0, 50e6, 30e6, 20e6][r];
-                        tot_b[r] += bl;
-                        tot_a[r] += ac;
-                        tid.append_value(&id);
-                        ws.append_value(cfg.start_us + a);
-                        we.append_value(cfg.start_us + b);
-                        res.append_value(RES[r]);
-                        blocked.append_value(bl);
-                        acquired.append_value(ac);
-                        if r == 0 {
-                            gc.append_value(bl * 0.1);
-                        } else {
-                            gc.append_null();
-                        }
-                    }
-                }
-                let host_s = format!("host-{host:04}");
-                let stage_s = stage.to_string();
-                tb.row(&[
-                    ("task_id", Value::S(&id)),
-                    ("query_id", Value::S(&qid)),
-                    ("stage_id", Value::S(&stage_s)),
-                    ("host", Value::S(&host_s)),
-                    ("ready_time", Value::T(cfg.start_us + ready)),
-                    ("launch_time", Value::T(cfg.start_us + launch)),
-                    ("finish_time", Value::T(cfg.start_us + finish)),
-                    ("status", Value::S("success")),
-                    ("cpu_seconds", Value::F(tot_a[0])),
-                    ("input_bytes", Value::F(tot_a[1])),
-                    ("shuffle_read_bytes", Value::F(tot_a[2])),
-                    ("shuffle_write_bytes", Value::F(tot_a[3])),
-                    ("cpu_blocked", Value::F(tot_b[0])),
-                    ("disk_read_blocked", Value::F(tot_b[1])),
-                    ("network_blocked", Value::F(tot_b[2])),
-                    ("disk_write_blocked", Value::F(tot_b[3])),
-                ]);
-            }
-            made += n;
-            let sid = stage.to_string();
-            let parents = if stage == 1 { "0" } else { "" };
-            sb.row(&[
-                ("query_id", Value::S(&qid)),
-                ("stage_id", Value::S(&sid)),
-                ("parent_ids", Value::S(parents)),
-                ("submit_time", Value::T(cfg.start_us + ready)),
-                ("start_time", Value::T(cfg.start_us + s_start.min(s_end))),
-                ("end_time", Value::T(cfg.start_us + s_end)),
-            ]);
-            ready = s_end;
-            q_end = q_end.max(s_end);
+            let stage_end = self.stage(&query_id, stage, tasks, ready);
+            ready = stage_end;
+            query_end = query_end.max(stage_end);
         }
-        span_end = span_end.max(q_end);
-        qb.row(&[
-            ("query_id", Value::S(&qid)),
-            ("user", Value::S(users[q % users.len()])),
-            ("pool", Value::S(if q % 3 == 0 { "etl" } else { "adhoc" })),
+        self.span_end = self.span_end.max(query_end);
+        self.query_rows.row(&[
+            ("query_id", Value::S(&query_id)),
+            ("user", Value::S(USERS[query % USERS.len()])),
+            (
+                "pool",
+                Value::S(if query % 3 == 0 { "etl" } else { "adhoc" }),
+            ),
             ("submit_time", Value::T(cfg.start_us + submit)),
-            ("end_time", Value::T(cfg.start_us + q_end)),
+            ("end_time", Value::T(cfg.start_us + query_end)),
             ("status", Value::S("succeeded")),
         ]);
     }
 
-    let mut hb = TableBuilder::new(Table::HostWindows, 1024);
+    /// Writes a stage of `tasks` tasks, ready at `ready`; returns its end
+    /// (`ready` when it has no task).
+    fn stage(&mut self, query_id: &str, stage: usize, tasks: usize, ready: i64) -> i64 {
+        let mut start = i64::MAX;
+        let mut end = ready;
+        for index in 0..tasks {
+            let (launch, finish) = self.task(query_id, stage, index, ready);
+            start = start.min(launch);
+            end = end.max(finish);
+        }
+        self.tasks_made += tasks;
+        let start_us = self.cfg.start_us;
+        let stage_id = stage.to_string();
+        let parents = if stage == 1 { "0" } else { "" };
+        self.stage_rows.row(&[
+            ("query_id", Value::S(query_id)),
+            ("stage_id", Value::S(&stage_id)),
+            ("parent_ids", Value::S(parents)),
+            ("submit_time", Value::T(start_us + ready)),
+            ("start_time", Value::T(start_us + start.min(end))),
+            ("end_time", Value::T(start_us + end)),
+        ]);
+        end
+    }
+
+    /// Writes a task ready at `ready` on the slot free first, with its
+    /// windows; returns its launch and finish.
+    fn task(&mut self, query_id: &str, stage: usize, index: usize, ready: i64) -> (i64, i64) {
+        let cfg = self.cfg;
+        let Reverse((free, slot)) = self.slots.pop().expect("slots");
+        let host = slot / cfg.slots;
+        let launch = free.max(ready);
+        let duration = (self.rng.range(2.0, 20.0) * 1e6) as i64;
+        let finish = launch + duration;
+        self.slots.push(Reverse((finish, slot)));
+        let id = format!("{query_id}-{stage}-{index}");
+        let (blocked, acquired) = self.windows(&id, launch, duration);
+        let host = format!("host-{host:04}");
+        let stage_id = stage.to_string();
+        self.task_rows.row(&[
+            ("task_id", Value::S(&id)),
+            ("query_id", Value::S(query_id)),
+            ("stage_id", Value::S(&stage_id)),
+            ("host", Value::S(&host)),
+            ("ready_time", Value::T(cfg.start_us + ready)),
+            ("launch_time", Value::T(cfg.start_us + launch)),
+            ("finish_time", Value::T(cfg.start_us + finish)),
+            ("status", Value::S("success")),
+            ("cpu_seconds", Value::F(acquired[0])),
+            ("input_bytes", Value::F(acquired[1])),
+            ("shuffle_read_bytes", Value::F(acquired[2])),
+            ("shuffle_write_bytes", Value::F(acquired[3])),
+            ("cpu_blocked", Value::F(blocked[0])),
+            ("disk_read_blocked", Value::F(blocked[1])),
+            ("network_blocked", Value::F(blocked[2])),
+            ("disk_write_blocked", Value::F(blocked[3])),
+        ]);
+        (launch, finish)
+    }
+
+    /// Writes the windows of a task, its run cut in `cfg.windows_per_task`
+    /// equal parts, with random blocked and acquired amounts; returns the
+    /// task's totals (blocked, acquired) per resource.
+    fn windows(&mut self, task_id: &str, launch: i64, duration: i64) -> ([f64; 4], [f64; 4]) {
+        let mut total_blocked = [0.0; 4];
+        let mut total_acquired = [0.0; 4];
+        let windows = self.cfg.windows_per_task as i64;
+        for window in 0..windows {
+            let start = launch + duration * window / windows;
+            let end = launch + duration * (window + 1) / windows;
+            let seconds = (end - start) as f64 / 1e6;
+            for r in 0..RESOURCES.len() {
+                let blocked = seconds * self.rng.range(0.0, 0.15);
+                let acquired = seconds * self.rng.range(0.2, 1.0) * PEAK_RATE[r];
+                total_blocked[r] += blocked;
+                total_acquired[r] += acquired;
+                self.task_windows.push(
+                    task_id,
+                    self.cfg.start_us + start,
+                    self.cfg.start_us + end,
+                    r,
+                    blocked,
+                    acquired,
+                );
+            }
+        }
+        (total_blocked, total_acquired)
+    }
+
+    fn into_workload(self) -> Workload {
+        Workload {
+            queries: self.query_rows.finish(),
+            stages: self.stage_rows.finish(),
+            tasks: self.task_rows.finish(),
+            task_windows: self.task_windows.finish(),
+            host_windows: host_windows(self.cfg, self.span_end),
+            victim: "q000000".into(),
+            culprit: String::new(),
+        }
+    }
+}
+
+/// The capacity of every resource of every host, in windows of
+/// `cfg.host_window` seconds up to `span_end` (no use: it is not simulated).
+fn host_windows(cfg: &FastConfig, span_end: i64) -> RecordBatch {
+    let epoch_us = |t: f64| cfg.start_us + (t * 1e6) as i64;
+    let mut rows = TableBuilder::new(Table::HostWindows, 1024);
     let step = cfg.host_window;
-    let n_win = ((span_end as f64 / 1e6) / step).ceil() as usize;
-    for h in 0..cfg.hosts {
-        let host = format!("host-{h:04}");
-        for w in 0..n_win {
-            for r in 0..4 {
-                hb.row(&[
+    let windows = ((span_end as f64 / 1e6) / step).ceil() as usize;
+    for host in 0..cfg.hosts {
+        let host = format!("host-{host:04}");
+        for window in 0..windows {
+            for r in 0..RESOURCES.len() {
+                rows.row(&[
                     ("host", Value::S(&host)),
-                    ("window_start", Value::T(us(w as f64 * step))),
-                    ("window_end", Value::T(us((w + 1) as f64 * step))),
-                    ("resource", Value::S(RES[r])),
-                    ("capacity", Value::F(CAPS[r])),
+                    ("window_start", Value::T(epoch_us(window as f64 * step))),
+                    ("window_end", Value::T(epoch_us((window + 1) as f64 * step))),
+                    ("resource", Value::S(RESOURCES[r])),
+                    ("capacity", Value::F(CAPACITY[r])),
                 ]);
             }
         }
     }
+    rows.finish()
+}
 
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(tid.finish()),
-        Arc::new(ws.finish().with_timezone("UTC")),
-        Arc::new(we.finish().with_timezone("UTC")),
-        Arc::new(res.finish()),
-        arrow::array::new_null_array(&arrow::datatypes::DataType::Utf8, rows),
-        Arc::new(blocked.finish()),
-        Arc::new(acquired.finish()),
-        Arc::new(gc.finish()),
-    ];
-    let task_windows =
-        RecordBatch::try_new(Table::TaskWindows.schema(), cols).expect("task_windows schema");
-    Workload {
-        queries: qb.finish(),
-        stages: sb.finish(),
-        tasks: tb.finish(),
-        task_windows,
-        host_windows: hb.finish(),
-        victim: "q000000".into(),
-        culprit: String::new(),
+/// The `task_windows` table built column by column: at a million tasks, a
+/// row-by-row [`TableBuilder`] (a column lookup per value) is too slow.
+struct TaskWindowColumns {
+    rows: usize,
+    task_id: StringBuilder,
+    start: TimestampMicrosecondBuilder,
+    end: TimestampMicrosecondBuilder,
+    resource: StringBuilder,
+    blocked: Float64Builder,
+    acquired: Float64Builder,
+    gc: Float64Builder,
+}
+
+impl TaskWindowColumns {
+    /// Columns for `rows` rows: exactly that many are pushed.
+    fn new(rows: usize) -> Self {
+        TaskWindowColumns {
+            rows,
+            task_id: StringBuilder::with_capacity(rows, rows * 8),
+            start: TimestampMicrosecondBuilder::with_capacity(rows),
+            end: TimestampMicrosecondBuilder::with_capacity(rows),
+            resource: StringBuilder::with_capacity(rows, rows * 6),
+            blocked: Float64Builder::with_capacity(rows),
+            acquired: Float64Builder::with_capacity(rows),
+            gc: Float64Builder::with_capacity(rows),
+        }
+    }
+
+    /// One row; GC time (a tenth of the blocked time) is on the CPU row only.
+    fn push(
+        &mut self,
+        task_id: &str,
+        start: i64,
+        end: i64,
+        resource: usize,
+        blocked: f64,
+        acquired: f64,
+    ) {
+        self.task_id.append_value(task_id);
+        self.start.append_value(start);
+        self.end.append_value(end);
+        self.resource.append_value(RESOURCES[resource]);
+        self.blocked.append_value(blocked);
+        self.acquired.append_value(acquired);
+        if resource == 0 {
+            self.gc.append_value(blocked * 0.1);
+        } else {
+            self.gc.append_null();
+        }
+    }
+
+    fn finish(mut self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.task_id.finish()),
+            Arc::new(self.start.finish().with_timezone("UTC")),
+            Arc::new(self.end.finish().with_timezone("UTC")),
+            Arc::new(self.resource.finish()),
+            arrow::array::new_null_array(&arrow::datatypes::DataType::Utf8, self.rows),
+            Arc::new(self.blocked.finish()),
+            Arc::new(self.acquired.finish()),
+            Arc::new(self.gc.finish()),
+        ];
+        RecordBatch::try_new(Table::TaskWindows.schema(), columns).expect("task_windows schema")
     }
 }
 

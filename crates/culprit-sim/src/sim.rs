@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 
+use arrow::record_batch::RecordBatch;
 use culprit_core::Table;
 
 use crate::rng::Rng;
@@ -47,26 +48,40 @@ impl Default for SimConfig {
     }
 }
 
+impl SimConfig {
+    /// A simulated time (seconds since time zero) as epoch microseconds,
+    /// rounded: every time column of the output goes through here.
+    fn epoch_us(&self, seconds: f64) -> i64 {
+        self.start_us + (seconds * 1e6).round() as i64
+    }
+}
+
 /// The most one task can use of each resource per second when alone.
 const TASK_DISK_RATE: f64 = 100e6;
 const TASK_NET_RATE: f64 = 60e6;
 /// Share of computed time a task spends in GC.
 const GC_SHARE: f64 = 0.02;
 
-/// Resources a simulated task uses, in the order of `Demand`.
-const RES: [&str; 4] = ["cpu", "disk_read", "network", "disk_write"];
+/// Resources a simulated task uses, in the order of `Demand` (and of every
+/// per-resource array below); the constants after it index them.
+const RESOURCES: [&str; 4] = ["cpu", "disk_read", "network", "disk_write"];
+const CPU: usize = 0;
+const DISK_READ: usize = 1;
+const NETWORK: usize = 2;
+const DISK_WRITE: usize = 3;
 
+/// What a task needs in all: CPU seconds and bytes read, fetched and written.
 #[derive(Debug, Clone, Copy)]
 struct Demand([f64; 4]);
 
 impl Demand {
     /// Seconds the task takes alone: its slowest resource at full speed.
     fn ideal_seconds(&self) -> f64 {
-        let d = self.0;
-        (d[0])
-            .max(d[1] / TASK_DISK_RATE)
-            .max(d[2] / TASK_NET_RATE)
-            .max(d[3] / TASK_DISK_RATE)
+        let need = self.0;
+        need[CPU]
+            .max(need[DISK_READ] / TASK_DISK_RATE)
+            .max(need[NETWORK] / TASK_NET_RATE)
+            .max(need[DISK_WRITE] / TASK_DISK_RATE)
             .max(0.1)
     }
 }
@@ -77,8 +92,25 @@ struct QuerySpec {
     pool: &'static str,
     sql: String,
     submit: f64,
-    /// Stages: (parents, tasks, demand per task).
-    stages: Vec<(Vec<usize>, usize, Demand)>,
+    stages: Vec<StageSpec>,
+}
+
+struct StageSpec {
+    /// Stages (indices into the query's stages) that must finish first.
+    parents: Vec<usize>,
+    tasks: usize,
+    /// What each task needs, before its own small variation.
+    demand: Demand,
+}
+
+impl StageSpec {
+    fn new(parents: Vec<usize>, tasks: usize, demand: Demand) -> Self {
+        StageSpec {
+            parents,
+            tasks,
+            demand,
+        }
+    }
 }
 
 struct Task {
@@ -86,54 +118,75 @@ struct Task {
     stage: usize,
     index: usize,
     demand: Demand,
-    ideal: f64,
+    ideal_seconds: f64,
     ready: f64,
     host: Option<usize>,
     launch: f64,
     finish: Option<f64>,
+    /// Share of the work done, 0 to 1.
     progress: f64,
-    totals_blocked: [f64; 4],
-    totals_acquired: [f64; 4],
+    total_blocked: [f64; 4],
+    total_acquired: [f64; 4],
+    total_gc: f64,
+    /// What the task did in the window it is running in, not yet written.
+    open_window: Option<WindowTotals>,
+}
+
+/// What a task did in one metric window: a `task_windows` row per resource.
+#[derive(Debug, Clone, Copy)]
+struct WindowTotals {
+    window: i64,
+    blocked: [f64; 4],
+    acquired: [f64; 4],
     gc: f64,
-    /// Window accumulators: (window index, blocked, acquired per resource, gc).
-    win: Option<(i64, [f64; 4], [f64; 4], f64)>,
+}
+
+/// What a task did in one simulation step.
+struct StepUse {
+    /// Wall seconds the task spent in the step: the step, or less when it
+    /// finished inside it.
+    busy: f64,
+    blocked: [f64; 4],
+    acquired: [f64; 4],
+    gc: f64,
 }
 
 fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
     let slots = cfg.hosts * cfg.slots;
-    let mut qs = Vec::new();
+    let mut specs = Vec::new();
     // The injected culprit: a heavy scan then a heavy shuffle, on every host.
-    qs.push(QuerySpec {
+    specs.push(QuerySpec {
         id: "q-culprit".into(),
         user: "mallory",
         pool: "etl",
         sql: "INSERT INTO archive SELECT * FROM events JOIN sessions USING (sid)".into(),
         submit: 4.0,
         stages: vec![
-            (vec![], slots, Demand([2.0, 900e6, 0.0, 0.0])),
-            (vec![0], slots, Demand([1.5, 0.0, 500e6, 300e6])),
+            StageSpec::new(vec![], slots, Demand([2.0, 900e6, 0.0, 0.0])),
+            StageSpec::new(vec![0], slots, Demand([1.5, 0.0, 500e6, 300e6])),
         ],
     });
     // The victim: a dashboard query that runs alone in a few seconds.
-    qs.push(QuerySpec {
+    specs.push(QuerySpec {
         id: "q-victim".into(),
         user: "alice",
         pool: "adhoc",
         sql: "SELECT region, sum(amount) FROM sales GROUP BY region".into(),
         submit: 6.0,
         stages: vec![
-            (vec![], cfg.hosts * 2, Demand([0.8, 150e6, 0.0, 0.0])),
-            (vec![], cfg.hosts, Demand([0.5, 80e6, 0.0, 0.0])),
-            (vec![0, 1], cfg.hosts, Demand([0.6, 0.0, 60e6, 10e6])),
+            StageSpec::new(vec![], cfg.hosts * 2, Demand([0.8, 150e6, 0.0, 0.0])),
+            StageSpec::new(vec![], cfg.hosts, Demand([0.5, 80e6, 0.0, 0.0])),
+            StageSpec::new(vec![0, 1], cfg.hosts, Demand([0.6, 0.0, 60e6, 10e6])),
         ],
     });
-    // Others: light, mostly CPU, at other times.
+    // Others: light, mostly CPU, at other times. The fields are drawn from
+    // the generator in the order written (the seed's output depends on it).
     let users = ["bob", "carol", "dave", "erin"];
     for i in 0..cfg.queries.saturating_sub(2) {
         let tasks = 2 + rng.below(cfg.hosts * 2);
         let cpu = rng.range(0.5, 2.0);
         let disk = rng.range(5e6, 40e6);
-        qs.push(QuerySpec {
+        specs.push(QuerySpec {
             id: format!("q-{:03}", i + 1),
             user: users[i % users.len()],
             pool: if i % 2 == 0 { "adhoc" } else { "reports" },
@@ -144,8 +197,8 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
             ),
             submit: 30.0 + i as f64 * rng.range(3.0, 9.0),
             stages: vec![
-                (vec![], tasks, Demand([cpu, disk, 0.0, 0.0])),
-                (
+                StageSpec::new(vec![], tasks, Demand([cpu, disk, 0.0, 0.0])),
+                StageSpec::new(
                     vec![0],
                     1 + tasks / 2,
                     Demand([cpu / 2.0, 0.0, disk / 2.0, 1e6]),
@@ -153,349 +206,512 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
             ],
         });
     }
-    qs
+    specs
 }
 
-/// Runs the simulation and returns the interchange tables.
-pub fn simulate(cfg: &SimConfig) -> Workload {
-    let mut rng = Rng::new(cfg.seed);
-    let specs = workload(cfg, &mut rng);
-    let caps = [cfg.cores, cfg.disk_bw, cfg.net_bw, cfg.disk_bw];
-
-    // Tasks, with a small per-task variation in demand.
+/// The tasks of every stage, with a small per-task variation in demand, and
+/// their indices per query, per stage.
+fn create_tasks(specs: &[QuerySpec], rng: &mut Rng) -> (Vec<Task>, Vec<Vec<Vec<usize>>>) {
     let mut tasks: Vec<Task> = Vec::new();
     let mut stage_tasks: Vec<Vec<Vec<usize>>> = Vec::new();
-    for (qi, q) in specs.iter().enumerate() {
+    for (query, spec) in specs.iter().enumerate() {
         let mut per_stage = Vec::new();
-        for (si, (_, n, d)) in q.stages.iter().enumerate() {
+        for (stage, stage_spec) in spec.stages.iter().enumerate() {
             let mut ids = Vec::new();
-            for index in 0..*n {
-                let f = rng.range(0.85, 1.15);
-                let demand = Demand(d.0.map(|x| x * f));
+            for index in 0..stage_spec.tasks {
+                let variation = rng.range(0.85, 1.15);
+                let demand = Demand(stage_spec.demand.0.map(|x| x * variation));
                 ids.push(tasks.len());
                 tasks.push(Task {
-                    query: qi,
-                    stage: si,
+                    query,
+                    stage,
                     index,
                     demand,
-                    ideal: demand.ideal_seconds(),
+                    ideal_seconds: demand.ideal_seconds(),
                     ready: f64::INFINITY,
                     host: None,
                     launch: 0.0,
                     finish: None,
                     progress: 0.0,
-                    totals_blocked: [0.0; 4],
-                    totals_acquired: [0.0; 4],
-                    gc: 0.0,
-                    win: None,
+                    total_blocked: [0.0; 4],
+                    total_acquired: [0.0; 4],
+                    total_gc: 0.0,
+                    open_window: None,
                 });
             }
             per_stage.push(ids);
         }
         stage_tasks.push(per_stage);
     }
+    (tasks, stage_tasks)
+}
 
-    let mut stage_ready: Vec<Vec<Option<f64>>> =
-        specs.iter().map(|q| vec![None; q.stages.len()]).collect();
-    let mut free_slots = vec![cfg.slots; cfg.hosts];
-    let mut queue: VecDeque<usize> = VecDeque::new();
-    let mut host_used: Vec<Vec<[f64; 4]>> = vec![Vec::new(); cfg.hosts];
-    let mut tw = TableBuilder::new(Table::TaskWindows, 4096);
+/// External load: another process reading host 0's disk from 5 s to 12 s
+/// (contention that no query causes, which the blame must not pin on one).
+fn external_load(host: usize, t: f64) -> [f64; 4] {
+    if host == 0 && (5.0..12.0).contains(&t) {
+        [0.0, 70e6, 0.0, 0.0]
+    } else {
+        [0.0; 4]
+    }
+}
 
-    // External load: another process reading host 0's disk from 5 s to 12 s.
-    let external = |h: usize, t: f64| -> [f64; 4] {
-        if h == 0 && (5.0..12.0).contains(&t) {
-            [0.0, 70e6, 0.0, 0.0]
-        } else {
-            [0.0; 4]
+/// Runs the simulation and returns the interchange tables.
+pub fn simulate(cfg: &SimConfig) -> Workload {
+    let mut sim = Simulation::new(cfg);
+    sim.run();
+    sim.into_workload()
+}
+
+/// A simulation under way: the tasks, where they run, and what each host
+/// used in each window. [`Simulation::run`] advances it step by step until
+/// every task has finished; [`Simulation::into_workload`] writes the tables.
+struct Simulation<'a> {
+    cfg: &'a SimConfig,
+    specs: Vec<QuerySpec>,
+    /// What one host has of each resource, per second.
+    capacity: [f64; 4],
+    tasks: Vec<Task>,
+    /// Indices into `tasks`, per query, per stage.
+    stage_tasks: Vec<Vec<Vec<usize>>>,
+    /// When each stage became ready (its query submitted, its parents done),
+    /// per query, per stage.
+    stage_ready: Vec<Vec<Option<f64>>>,
+    free_slots: Vec<usize>,
+    /// Ready tasks waiting for a slot, first come first served.
+    slot_queue: VecDeque<usize>,
+    /// What each host used of each resource, per host, per window (tasks
+    /// and external load).
+    host_used: Vec<Vec<[f64; 4]>>,
+    /// The `task_windows` rows, written as each task's window closes.
+    task_windows: TableBuilder,
+}
+
+impl<'a> Simulation<'a> {
+    /// The workload of the seed, its tasks created, nothing run yet.
+    fn new(cfg: &'a SimConfig) -> Self {
+        let mut rng = Rng::new(cfg.seed);
+        let specs = workload(cfg, &mut rng);
+        let (tasks, stage_tasks) = create_tasks(&specs, &mut rng);
+        let stage_ready = specs.iter().map(|q| vec![None; q.stages.len()]).collect();
+        Simulation {
+            cfg,
+            capacity: [cfg.cores, cfg.disk_bw, cfg.net_bw, cfg.disk_bw],
+            tasks,
+            stage_tasks,
+            stage_ready,
+            free_slots: vec![cfg.slots; cfg.hosts],
+            slot_queue: VecDeque::new(),
+            host_used: vec![Vec::new(); cfg.hosts],
+            task_windows: TableBuilder::new(Table::TaskWindows, 4096),
+            specs,
         }
-    };
+    }
 
-    let dt = cfg.step;
-    let steps_per_window = (cfg.window / dt).round() as i64;
-    let to_us = |t: f64| cfg.start_us + (t * 1e6).round() as i64;
-    let mut step: i64 = 0;
-    loop {
-        let t = step as f64 * dt;
-        // Stages become ready when their query is submitted and parents are done.
-        for (qi, q) in specs.iter().enumerate() {
-            if t + 1e-9 < q.submit {
+    /// Steps time until every task has finished.
+    fn run(&mut self) {
+        let dt = self.cfg.step;
+        let steps_per_window = (self.cfg.window / dt).round() as i64;
+        let mut step: i64 = 0;
+        loop {
+            let t = step as f64 * dt;
+            self.release_ready_stages(t);
+            self.assign_slots(t);
+            if self.tasks.iter().all(|task| task.finish.is_some()) {
+                break;
+            }
+            let window = step.div_euclid(steps_per_window);
+            for host in 0..self.cfg.hosts {
+                self.advance_host(host, t, window);
+            }
+            step += 1;
+            assert!(step < 10_000_000, "simulation does not terminate");
+        }
+    }
+
+    /// Queues the tasks of every stage that becomes ready at `t`: its query
+    /// is submitted and its parent stages are done.
+    fn release_ready_stages(&mut self, t: f64) {
+        for (query, spec) in self.specs.iter().enumerate() {
+            if t + 1e-9 < spec.submit {
                 continue;
             }
-            for (si, (parents, _, _)) in q.stages.iter().enumerate() {
-                if stage_ready[qi][si].is_some() {
+            for (stage, stage_spec) in spec.stages.iter().enumerate() {
+                if self.stage_ready[query][stage].is_some() {
                     continue;
                 }
-                let done = parents.iter().all(|p| {
-                    stage_tasks[qi][*p]
-                        .iter()
-                        .all(|&ti| tasks[ti].finish.is_some_and(|f| f <= t + 1e-9))
-                });
-                if done {
-                    stage_ready[qi][si] = Some(t);
-                    for &ti in &stage_tasks[qi][si] {
-                        tasks[ti].ready = t;
-                        queue.push_back(ti);
+                if self.stages_done(query, &stage_spec.parents, t) {
+                    self.stage_ready[query][stage] = Some(t);
+                    for &task in &self.stage_tasks[query][stage] {
+                        self.tasks[task].ready = t;
+                        self.slot_queue.push_back(task);
                     }
                 }
             }
         }
-        // FIFO slot assignment, to the host with the most free slots.
-        while let Some(&ti) = queue.front() {
-            let (h, free) = free_slots
+    }
+
+    /// Whether every task of these stages of the query finished by `t`.
+    fn stages_done(&self, query: usize, stages: &[usize], t: f64) -> bool {
+        stages.iter().all(|&stage| {
+            self.stage_tasks[query][stage]
+                .iter()
+                .all(|&task| self.tasks[task].finish.is_some_and(|f| f <= t + 1e-9))
+        })
+    }
+
+    /// FIFO slot assignment: each queued task, in turn, goes to the host with
+    /// the most free slots (the lowest numbered of a tie), until none is free.
+    fn assign_slots(&mut self, t: f64) {
+        while let Some(&task) = self.slot_queue.front() {
+            let (host, free) = self
+                .free_slots
                 .iter()
                 .enumerate()
-                .max_by_key(|(h, f)| (**f, usize::MAX - h))
-                .map(|(h, f)| (h, *f))
+                .max_by_key(|(host, free)| (**free, usize::MAX - host))
+                .map(|(host, free)| (host, *free))
                 .expect("hosts");
             if free == 0 {
                 break;
             }
-            queue.pop_front();
-            free_slots[h] -= 1;
-            tasks[ti].host = Some(h);
-            tasks[ti].launch = t;
+            self.slot_queue.pop_front();
+            self.free_slots[host] -= 1;
+            self.tasks[task].host = Some(host);
+            self.tasks[task].launch = t;
         }
-        if tasks.iter().all(|x| x.finish.is_some()) {
-            break;
-        }
-
-        // Share each host's resources in proportion to demand.
-        let window = step.div_euclid(steps_per_window);
-        for h in 0..cfg.hosts {
-            let running: Vec<usize> = (0..tasks.len())
-                .filter(|&i| tasks[i].host == Some(h) && tasks[i].finish.is_none())
-                .collect();
-            let ext = external(h, t);
-            let mut want = [0.0; 4];
-            for &i in &running {
-                for (w, d) in want.iter_mut().zip(tasks[i].demand.0) {
-                    *w += d / tasks[i].ideal;
-                }
-            }
-            let mut share = [1.0; 4];
-            for (r, s) in share.iter_mut().enumerate() {
-                let avail = (caps[r] - ext[r]).max(0.0);
-                if want[r] > avail {
-                    *s = avail / want[r];
-                }
-            }
-            let mut used = ext.map(|x| x * dt);
-            for &i in &running {
-                let task = &mut tasks[i];
-                // Progress is set by the bottleneck resource.
-                let mut p = 1.0f64;
-                let mut bottleneck = 0;
-                for (r, &s) in share.iter().enumerate() {
-                    if task.demand.0[r] > 0.0 && s < p {
-                        p = s;
-                        bottleneck = r;
-                    }
-                }
-                // `run`: seconds of full-speed progress; `busy`: wall seconds
-                // spent (less than a step when the task ends inside it).
-                let remaining = (1.0 - task.progress) * task.ideal;
-                let (run, busy) = if p <= 0.0 {
-                    (0.0, dt)
-                } else if p * dt >= remaining {
-                    (remaining, remaining / p)
-                } else {
-                    (p * dt, dt)
-                };
-                let frac = run / task.ideal;
-                let mut blocked = [0.0; 4];
-                blocked[bottleneck] = busy - run;
-                // A GC pause inside the run is blocked CPU time.
-                let gc = GC_SHARE * run;
-                blocked[0] += gc;
-                let mut acquired = [0.0; 4];
-                for r in 0..4 {
-                    acquired[r] = frac * task.demand.0[r];
-                    used[r] += acquired[r];
-                    task.totals_acquired[r] += acquired[r];
-                    task.totals_blocked[r] += blocked[r];
-                }
-                task.gc += gc;
-                task.progress += frac;
-                // Window bookkeeping.
-                match &mut task.win {
-                    Some((w, b, a, g)) if *w == window => {
-                        for r in 0..4 {
-                            b[r] += blocked[r];
-                            a[r] += acquired[r];
-                        }
-                        *g += gc;
-                    }
-                    _ => {
-                        if let Some(prev) = task.win.take() {
-                            flush(&mut tw, task, prev, cfg, to_us, None, &specs);
-                        }
-                        task.win = Some((window, blocked, acquired, gc));
-                    }
-                }
-                if task.progress >= 1.0 - 1e-9 {
-                    let end = t + busy;
-                    task.finish = Some(end);
-                    free_slots[h] += 1;
-                    if let Some(prev) = task.win.take() {
-                        flush(&mut tw, task, prev, cfg, to_us, Some(end), &specs);
-                    }
-                }
-            }
-            let w = window as usize;
-            if host_used[h].len() <= w {
-                host_used[h].resize(w + 1, [0.0; 4]);
-            }
-            for r in 0..4 {
-                host_used[h][w][r] += used[r];
-            }
-        }
-        step += 1;
-        assert!(step < 10_000_000, "simulation does not terminate");
     }
 
-    // Tables.
-    let mut qb = TableBuilder::new(Table::Queries, specs.len());
-    let mut sb = TableBuilder::new(Table::Stages, 16);
-    for (qi, q) in specs.iter().enumerate() {
-        let all: Vec<&Task> = tasks.iter().filter(|x| x.query == qi).collect();
-        let start = all.iter().map(|x| x.launch).fold(f64::INFINITY, f64::min);
-        let end = all.iter().filter_map(|x| x.finish).fold(0.0, f64::max);
-        let tags = format!(r#"{{"team":"{}","generator":"culprit-sim"}}"#, q.pool);
-        qb.row(&[
-            ("query_id", Value::S(&q.id)),
-            ("app_id", Value::S("sim-app")),
-            ("user", Value::S(q.user)),
-            ("pool", Value::S(q.pool)),
-            ("sql_text", Value::S(&q.sql)),
-            ("submit_time", Value::T(to_us(q.submit))),
-            ("start_time", Value::T(to_us(start))),
-            ("end_time", Value::T(to_us(end))),
-            ("status", Value::S("succeeded")),
-            ("tags", Value::S(&tags)),
-        ]);
-        for (si, (parents, _, _)) in q.stages.iter().enumerate() {
-            let st: Vec<&Task> = all.iter().copied().filter(|x| x.stage == si).collect();
-            let parents = parents
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
-            let sid = si.to_string();
-            let name = format!("stage {si} of {}", q.id);
-            sb.row(&[
-                ("query_id", Value::S(&q.id)),
-                ("stage_id", Value::S(&sid)),
-                ("parent_ids", Value::S(&parents)),
-                ("name", Value::S(&name)),
-                (
-                    "submit_time",
-                    Value::T(to_us(stage_ready[qi][si].unwrap_or(q.submit))),
-                ),
+    /// One step of one host: its running tasks share its resources, progress,
+    /// block, and close their windows; the host's use is added to `window`.
+    fn advance_host(&mut self, host: usize, t: f64, window: i64) {
+        let dt = self.cfg.step;
+        let running: Vec<usize> = (0..self.tasks.len())
+            .filter(|&i| self.tasks[i].host == Some(host) && self.tasks[i].finish.is_none())
+            .collect();
+        let external = external_load(host, t);
+        let share = self.shares(&running, external);
+        let mut used = external.map(|x| x * dt);
+        for &i in &running {
+            let task = &mut self.tasks[i];
+            let step_use = advance_task(task, &share, dt);
+            for (used, acquired) in used.iter_mut().zip(step_use.acquired) {
+                *used += acquired;
+            }
+            // A task's window is written when the next one starts, or when
+            // the task finishes (then it ends at the finish time).
+            if let Some(closed) = add_to_window(task, window, &step_use) {
+                write_window(
+                    &mut self.task_windows,
+                    self.cfg,
+                    &self.specs,
+                    task,
+                    &closed,
+                    None,
+                );
+            }
+            if task.progress >= 1.0 - 1e-9 {
+                let end = t + step_use.busy;
+                task.finish = Some(end);
+                self.free_slots[host] += 1;
+                if let Some(last) = task.open_window.take() {
+                    write_window(
+                        &mut self.task_windows,
+                        self.cfg,
+                        &self.specs,
+                        task,
+                        &last,
+                        Some(end),
+                    );
+                }
+            }
+        }
+        let window = window as usize;
+        let host_used = &mut self.host_used[host];
+        if host_used.len() <= window {
+            host_used.resize(window + 1, [0.0; 4]);
+        }
+        for (total, used) in host_used[window].iter_mut().zip(used) {
+            *total += used;
+        }
+    }
+
+    /// The share of its demand each running task of a host gets of each
+    /// resource: all of it, or the same fraction for every task when the
+    /// host (less the external load) has less than they want together.
+    fn shares(&self, running: &[usize], external: [f64; 4]) -> [f64; 4] {
+        let mut want = [0.0; 4];
+        for &i in running {
+            for (want, need) in want.iter_mut().zip(self.tasks[i].demand.0) {
+                *want += need / self.tasks[i].ideal_seconds;
+            }
+        }
+        let mut share = [1.0; 4];
+        for (r, share) in share.iter_mut().enumerate() {
+            let available = (self.capacity[r] - external[r]).max(0.0);
+            if want[r] > available {
+                *share = available / want[r];
+            }
+        }
+        share
+    }
+
+    /// The tables of the finished simulation.
+    fn into_workload(self) -> Workload {
+        let (queries, stages) = self.query_and_stage_rows();
+        let tasks = self.task_rows();
+        let host_windows = self.host_window_rows();
+        Workload {
+            queries,
+            stages,
+            tasks,
+            task_windows: self.task_windows.finish(),
+            host_windows,
+            victim: "q-victim".into(),
+            culprit: "q-culprit".into(),
+        }
+    }
+
+    /// The `queries` and `stages` rows: submitted as specified (a stage when
+    /// it became ready), running from the first launch to the last finish.
+    fn query_and_stage_rows(&self) -> (RecordBatch, RecordBatch) {
+        let cfg = self.cfg;
+        let mut queries = TableBuilder::new(Table::Queries, self.specs.len());
+        let mut stages = TableBuilder::new(Table::Stages, 16);
+        for (query, spec) in self.specs.iter().enumerate() {
+            let of_query: Vec<&Task> = self.tasks.iter().filter(|x| x.query == query).collect();
+            let tags = format!(r#"{{"team":"{}","generator":"culprit-sim"}}"#, spec.pool);
+            queries.row(&[
+                ("query_id", Value::S(&spec.id)),
+                ("app_id", Value::S("sim-app")),
+                ("user", Value::S(spec.user)),
+                ("pool", Value::S(spec.pool)),
+                ("sql_text", Value::S(&spec.sql)),
+                ("submit_time", Value::T(cfg.epoch_us(spec.submit))),
                 (
                     "start_time",
-                    Value::T(to_us(
-                        st.iter().map(|x| x.launch).fold(f64::INFINITY, f64::min),
-                    )),
+                    Value::T(cfg.epoch_us(first_launch(&of_query))),
                 ),
-                (
-                    "end_time",
-                    Value::T(to_us(
-                        st.iter().filter_map(|x| x.finish).fold(0.0, f64::max),
-                    )),
-                ),
+                ("end_time", Value::T(cfg.epoch_us(last_finish(&of_query)))),
+                ("status", Value::S("succeeded")),
+                ("tags", Value::S(&tags)),
             ]);
-        }
-    }
-    let mut tb = TableBuilder::new(Table::Tasks, tasks.len());
-    for x in &tasks {
-        let q = &specs[x.query];
-        let id = task_id(&specs, x);
-        let host = format!("host-{}", x.host.expect("ran"));
-        let exec = format!("exec-{}", x.host.expect("ran"));
-        let sid = x.stage.to_string();
-        tb.row(&[
-            ("task_id", Value::S(&id)),
-            ("query_id", Value::S(&q.id)),
-            ("stage_id", Value::S(&sid)),
-            ("host", Value::S(&host)),
-            ("executor_id", Value::S(&exec)),
-            ("ready_time", Value::T(to_us(x.ready))),
-            ("launch_time", Value::T(to_us(x.launch))),
-            ("finish_time", Value::T(to_us(x.finish.expect("finished")))),
-            ("status", Value::S("success")),
-            ("input_bytes", Value::F(x.totals_acquired[1])),
-            ("output_bytes", Value::F(0.0)),
-            ("shuffle_read_bytes", Value::F(x.totals_acquired[2])),
-            ("shuffle_write_bytes", Value::F(x.totals_acquired[3])),
-            ("cpu_seconds", Value::F(x.totals_acquired[0])),
-            ("gc_seconds", Value::F(x.gc)),
-            ("disk_read_blocked", Value::F(x.totals_blocked[1])),
-            ("disk_write_blocked", Value::F(x.totals_blocked[3])),
-            ("network_blocked", Value::F(x.totals_blocked[2])),
-            ("cpu_blocked", Value::F(x.totals_blocked[0])),
-            ("memory_blocked", Value::F(0.0)),
-            ("scheduler_delay", Value::F(0.0)),
-        ]);
-    }
-    let mut hb = TableBuilder::new(Table::HostWindows, 1024);
-    for (h, windows) in host_used.iter().enumerate() {
-        let host = format!("host-{h}");
-        for (w, used) in windows.iter().enumerate() {
-            let s = to_us(w as f64 * cfg.window);
-            let e = to_us((w + 1) as f64 * cfg.window);
-            for r in 0..4 {
-                hb.row(&[
-                    ("host", Value::S(&host)),
-                    ("window_start", Value::T(s)),
-                    ("window_end", Value::T(e)),
-                    ("resource", Value::S(RES[r])),
-                    ("capacity", Value::F(caps[r])),
-                    ("used", Value::F(used[r])),
+            for (stage, stage_spec) in spec.stages.iter().enumerate() {
+                let of_stage: Vec<&Task> = of_query
+                    .iter()
+                    .copied()
+                    .filter(|x| x.stage == stage)
+                    .collect();
+                let parents = stage_spec
+                    .parents
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let stage_id = stage.to_string();
+                let name = format!("stage {stage} of {}", spec.id);
+                let submit = self.stage_ready[query][stage].unwrap_or(spec.submit);
+                stages.row(&[
+                    ("query_id", Value::S(&spec.id)),
+                    ("stage_id", Value::S(&stage_id)),
+                    ("parent_ids", Value::S(&parents)),
+                    ("name", Value::S(&name)),
+                    ("submit_time", Value::T(cfg.epoch_us(submit))),
+                    (
+                        "start_time",
+                        Value::T(cfg.epoch_us(first_launch(&of_stage))),
+                    ),
+                    ("end_time", Value::T(cfg.epoch_us(last_finish(&of_stage)))),
                 ]);
             }
         }
+        (queries.finish(), stages.finish())
     }
-    Workload {
-        queries: qb.finish(),
-        stages: sb.finish(),
-        tasks: tb.finish(),
-        task_windows: tw.finish(),
-        host_windows: hb.finish(),
-        victim: "q-victim".into(),
-        culprit: "q-culprit".into(),
+
+    /// The `tasks` rows: each task's run and totals, one executor per host.
+    fn task_rows(&self) -> RecordBatch {
+        let cfg = self.cfg;
+        let mut rows = TableBuilder::new(Table::Tasks, self.tasks.len());
+        for task in &self.tasks {
+            let query = &self.specs[task.query];
+            let id = task_id(&self.specs, task);
+            let host = format!("host-{}", task.host.expect("ran"));
+            let executor = format!("exec-{}", task.host.expect("ran"));
+            let stage_id = task.stage.to_string();
+            let finish = task.finish.expect("finished");
+            let (acquired, blocked) = (task.total_acquired, task.total_blocked);
+            rows.row(&[
+                ("task_id", Value::S(&id)),
+                ("query_id", Value::S(&query.id)),
+                ("stage_id", Value::S(&stage_id)),
+                ("host", Value::S(&host)),
+                ("executor_id", Value::S(&executor)),
+                ("ready_time", Value::T(cfg.epoch_us(task.ready))),
+                ("launch_time", Value::T(cfg.epoch_us(task.launch))),
+                ("finish_time", Value::T(cfg.epoch_us(finish))),
+                ("status", Value::S("success")),
+                ("input_bytes", Value::F(acquired[DISK_READ])),
+                ("output_bytes", Value::F(0.0)),
+                ("shuffle_read_bytes", Value::F(acquired[NETWORK])),
+                ("shuffle_write_bytes", Value::F(acquired[DISK_WRITE])),
+                ("cpu_seconds", Value::F(acquired[CPU])),
+                ("gc_seconds", Value::F(task.total_gc)),
+                ("disk_read_blocked", Value::F(blocked[DISK_READ])),
+                ("disk_write_blocked", Value::F(blocked[DISK_WRITE])),
+                ("network_blocked", Value::F(blocked[NETWORK])),
+                ("cpu_blocked", Value::F(blocked[CPU])),
+                ("memory_blocked", Value::F(0.0)),
+                ("scheduler_delay", Value::F(0.0)),
+            ]);
+        }
+        rows.finish()
+    }
+
+    /// The `host_windows` rows: capacity and use of every resource of every
+    /// host in every window.
+    fn host_window_rows(&self) -> RecordBatch {
+        let cfg = self.cfg;
+        let mut rows = TableBuilder::new(Table::HostWindows, 1024);
+        for (host, windows) in self.host_used.iter().enumerate() {
+            let host = format!("host-{host}");
+            for (window, used) in windows.iter().enumerate() {
+                let start = cfg.epoch_us(window as f64 * cfg.window);
+                let end = cfg.epoch_us((window + 1) as f64 * cfg.window);
+                for r in 0..RESOURCES.len() {
+                    rows.row(&[
+                        ("host", Value::S(&host)),
+                        ("window_start", Value::T(start)),
+                        ("window_end", Value::T(end)),
+                        ("resource", Value::S(RESOURCES[r])),
+                        ("capacity", Value::F(self.capacity[r])),
+                        ("used", Value::F(used[r])),
+                    ]);
+                }
+            }
+        }
+        rows.finish()
     }
 }
 
-fn task_id(specs: &[QuerySpec], x: &Task) -> String {
-    format!("{}-s{}-t{}", specs[x.query].id, x.stage, x.index)
+/// The earliest launch of these tasks.
+fn first_launch(tasks: &[&Task]) -> f64 {
+    tasks.iter().map(|x| x.launch).fold(f64::INFINITY, f64::min)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn flush(
-    tw: &mut TableBuilder,
-    task: &Task,
-    (w, blocked, acquired, gc): (i64, [f64; 4], [f64; 4], f64),
+/// The latest finish of these tasks.
+fn last_finish(tasks: &[&Task]) -> f64 {
+    tasks.iter().filter_map(|x| x.finish).fold(0.0, f64::max)
+}
+
+/// The rate a task progresses at given the host's shares, and the resource
+/// that sets it: its bottleneck, the scarcest resource it needs (CPU when
+/// nothing it needs is short).
+fn bottleneck(demand: &Demand, share: &[f64; 4]) -> (f64, usize) {
+    let mut rate = 1.0f64;
+    let mut bottleneck = CPU;
+    for (r, &s) in share.iter().enumerate() {
+        if demand.0[r] > 0.0 && s < rate {
+            rate = s;
+            bottleneck = r;
+        }
+    }
+    (rate, bottleneck)
+}
+
+/// Advances a running task by one step of `dt` seconds at the host's shares,
+/// and adds what it did to its totals. Whatever the task does not get of its
+/// bottleneck is blocked time on it; a GC pause is blocked CPU time.
+fn advance_task(task: &mut Task, share: &[f64; 4], dt: f64) -> StepUse {
+    let (rate, bottleneck) = bottleneck(&task.demand, share);
+    // `run`: seconds of full-speed progress; `busy`: wall seconds spent
+    // (less than a step when the task ends inside it).
+    let remaining = (1.0 - task.progress) * task.ideal_seconds;
+    let (run, busy) = if rate <= 0.0 {
+        (0.0, dt)
+    } else if rate * dt >= remaining {
+        (remaining, remaining / rate)
+    } else {
+        (rate * dt, dt)
+    };
+    let done = run / task.ideal_seconds;
+    let mut blocked = [0.0; 4];
+    blocked[bottleneck] = busy - run;
+    // A GC pause inside the run is blocked CPU time.
+    let gc = GC_SHARE * run;
+    blocked[CPU] += gc;
+    let mut acquired = [0.0; 4];
+    for r in 0..RESOURCES.len() {
+        acquired[r] = done * task.demand.0[r];
+        task.total_acquired[r] += acquired[r];
+        task.total_blocked[r] += blocked[r];
+    }
+    task.total_gc += gc;
+    task.progress += done;
+    StepUse {
+        busy,
+        blocked,
+        acquired,
+        gc,
+    }
+}
+
+/// Adds a step to the task's open window, or opens `window` with it;
+/// returns the window it closed, to be written.
+fn add_to_window(task: &mut Task, window: i64, step_use: &StepUse) -> Option<WindowTotals> {
+    match &mut task.open_window {
+        Some(open) if open.window == window => {
+            for r in 0..RESOURCES.len() {
+                open.blocked[r] += step_use.blocked[r];
+                open.acquired[r] += step_use.acquired[r];
+            }
+            open.gc += step_use.gc;
+            None
+        }
+        _ => task.open_window.replace(WindowTotals {
+            window,
+            blocked: step_use.blocked,
+            acquired: step_use.acquired,
+            gc: step_use.gc,
+        }),
+    }
+}
+
+fn task_id(specs: &[QuerySpec], task: &Task) -> String {
+    format!("{}-s{}-t{}", specs[task.query].id, task.stage, task.index)
+}
+
+/// Writes a task's window as `task_windows` rows, one per resource it used
+/// or was blocked on. The window starts no earlier than the task's launch,
+/// and ends at `end` (its finish) when given, else at the window's end.
+fn write_window(
+    rows: &mut TableBuilder,
     cfg: &SimConfig,
-    to_us: impl Fn(f64) -> i64,
-    end: Option<f64>,
     specs: &[QuerySpec],
+    task: &Task,
+    totals: &WindowTotals,
+    end: Option<f64>,
 ) {
-    let ws = (w as f64 * cfg.window).max(task.launch);
-    let we = end.unwrap_or((w + 1) as f64 * cfg.window);
+    let start = (totals.window as f64 * cfg.window).max(task.launch);
+    let end = end.unwrap_or((totals.window + 1) as f64 * cfg.window);
     let id = task_id(specs, task);
-    for r in 0..4 {
-        if blocked[r] <= 0.0 && acquired[r] <= 0.0 {
+    for r in 0..RESOURCES.len() {
+        if totals.blocked[r] <= 0.0 && totals.acquired[r] <= 0.0 {
             continue;
         }
-        tw.row(&[
+        rows.row(&[
             ("task_id", Value::S(&id)),
-            ("window_start", Value::T(to_us(ws))),
-            ("window_end", Value::T(to_us(we))),
-            ("resource", Value::S(RES[r])),
-            ("blocked", Value::F(blocked[r])),
-            ("acquired", Value::F(acquired[r])),
-            ("gc", if r == 0 { Value::F(gc) } else { Value::Null }),
+            ("window_start", Value::T(cfg.epoch_us(start))),
+            ("window_end", Value::T(cfg.epoch_us(end))),
+            ("resource", Value::S(RESOURCES[r])),
+            ("blocked", Value::F(totals.blocked[r])),
+            ("acquired", Value::F(totals.acquired[r])),
+            (
+                "gc",
+                if r == CPU {
+                    Value::F(totals.gc)
+                } else {
+                    Value::Null
+                },
+            ),
         ]);
     }
 }
