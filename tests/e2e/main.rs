@@ -8,6 +8,7 @@ mod faults;
 mod foreign_files;
 mod ingest;
 mod load;
+mod papers;
 mod policy;
 mod s3;
 mod security;

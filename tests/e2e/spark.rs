@@ -15,13 +15,13 @@ use serde_json::Value;
 
 use crate::common::{culprit, repo_root, run, run_ok, test_data};
 
-fn spark(rel: &str) -> PathBuf {
+pub(crate) fn spark(rel: &str) -> PathBuf {
     test_data().join("spark").join(rel)
 }
 
 const GENERATED: &str = "generated-pyspark-3.5.3/events/app-20261121050126-0000";
 
-async fn ingest_into(store: &Store, paths: &[&Path]) -> IngestReport {
+pub(crate) async fn ingest_into(store: &Store, paths: &[&Path]) -> IngestReport {
     let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     let sources = list_sources(&paths).await.unwrap();
     ingest(store, sources, &IngestOptions::default(), &())
@@ -29,7 +29,7 @@ async fn ingest_into(store: &Store, paths: &[&Path]) -> IngestReport {
         .unwrap()
 }
 
-async fn query(store: &Store, sql: &str) -> Vec<RecordBatch> {
+pub(crate) async fn query(store: &Store, sql: &str) -> Vec<RecordBatch> {
     let ctx = culprit_sql::session(store.clone()).await.unwrap();
     ctx.sql(sql)
         .await
@@ -39,7 +39,7 @@ async fn query(store: &Store, sql: &str) -> Vec<RecordBatch> {
         .unwrap()
 }
 
-async fn count(store: &Store, sql: &str) -> i64 {
+pub(crate) async fn count(store: &Store, sql: &str) -> i64 {
     let b = query(store, sql).await;
     b[0].column(0).as_primitive::<Int64Type>().value(0)
 }

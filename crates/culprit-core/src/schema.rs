@@ -141,6 +141,29 @@ const EXECUTORS: &[ColumnSpec] = &[
     col("attrs", Str, false),
 ];
 
+/// Record lineage (method.md section 10, 002 section 4): one row per output
+/// record of a stage, the records it was computed from, and the time its
+/// computation took (seconds).
+const RECORD_LINEAGE: &[ColumnSpec] = &[
+    col("query_id", Str, true),
+    col("stage_id", Str, true),
+    col("output_id", Str, true),
+    col("input_ids", Str, false),
+    col("computation_latency", Float, true),
+    col("partition", Str, false),
+];
+
+/// The shuffle latency of a partition (seconds), shared among its records
+/// by their share of its inputs; `inputs` gives the partition's input count
+/// where the lineage rows do not list them all.
+const PARTITION_LATENCY: &[ColumnSpec] = &[
+    col("query_id", Str, true),
+    col("stage_id", Str, true),
+    col("partition", Str, true),
+    col("latency", Float, true),
+    col("inputs", Float, false),
+];
+
 /// The tables of the interchange format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Table {
@@ -151,17 +174,23 @@ pub enum Table {
     HostWindows,
     /// Engine processes (Spark executors): where slots come from.
     Executors,
+    /// Record lineage, for computation skew (method.md section 10).
+    RecordLineage,
+    /// Per-partition shuffle latency, with the record lineage.
+    PartitionLatency,
 }
 
 impl Table {
     /// All tables, in dependency order (tasks before the windows that name them).
-    pub const ALL: [Table; 6] = [
+    pub const ALL: [Table; 8] = [
         Table::Queries,
         Table::Stages,
         Table::Tasks,
         Table::TaskWindows,
         Table::HostWindows,
         Table::Executors,
+        Table::RecordLineage,
+        Table::PartitionLatency,
     ];
 
     pub fn name(self) -> &'static str {
@@ -172,6 +201,8 @@ impl Table {
             Table::TaskWindows => "task_windows",
             Table::HostWindows => "host_windows",
             Table::Executors => "executors",
+            Table::RecordLineage => "record_lineage",
+            Table::PartitionLatency => "partition_latency",
         }
     }
 
@@ -183,6 +214,8 @@ impl Table {
             Table::TaskWindows => TASK_WINDOWS,
             Table::HostWindows => HOST_WINDOWS,
             Table::Executors => EXECUTORS,
+            Table::RecordLineage => RECORD_LINEAGE,
+            Table::PartitionLatency => PARTITION_LATENCY,
         }
     }
 
@@ -195,6 +228,8 @@ impl Table {
             Table::Stages => &["query_id", "stage_id"],
             Table::Tasks => &["task_id"],
             Table::Executors => &["app_id", "executor_id"],
+            Table::RecordLineage => &["query_id", "output_id"],
+            Table::PartitionLatency => &["query_id", "stage_id", "partition"],
             Table::TaskWindows | Table::HostWindows => &[],
         }
     }

@@ -31,6 +31,10 @@ pub struct Engine {
 pub struct Snapshot {
     pub ds: Arc<Dataset>,
     pub(crate) buckets: Option<Arc<StoreBuckets>>,
+    /// The store and the manifest the dataset was read from, for the
+    /// analyses that read a table the dataset does not hold (record
+    /// lineage, task attributes) at this same version.
+    pub(crate) source: Arc<(Store, Manifest)>,
 }
 
 impl Engine {
@@ -67,7 +71,11 @@ impl Engine {
                         HOST_BUCKETS as usize,
                     ))
                 });
-                let snapshot = Snapshot { ds, buckets };
+                let snapshot = Snapshot {
+                    ds,
+                    buckets,
+                    source: Arc::new((self.store.clone(), manifest.clone())),
+                };
                 *cache = Some((manifest.version, snapshot.clone()));
                 snapshot
             }
@@ -77,6 +85,7 @@ impl Engine {
             return Ok(Snapshot {
                 ds: Arc::new(self.read(&manifest, true).await?),
                 buckets: None,
+                source: snapshot.source.clone(),
             });
         }
         Ok(snapshot)

@@ -15,6 +15,7 @@ mod analyses;
 mod buckets;
 mod engine;
 mod error;
+mod papers;
 
 pub use analyses::Blamed;
 pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};

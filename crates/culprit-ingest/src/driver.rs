@@ -230,7 +230,11 @@ async fn index_stored(
             .await?;
         validate::index_tasks(&stored, &mut known);
     }
-    for t in [Table::Queries, Table::Stages, Table::Executors] {
+    // Every other keyed table (tasks' keys are indexed with their runs).
+    let keyed = Table::ALL
+        .into_iter()
+        .filter(|t| *t != Table::Tasks && !t.key_columns().is_empty());
+    for t in keyed {
         if tables.contains(&t) {
             let stored = store.read_table(manifest, t, Some(t.key_columns())).await?;
             validate::index_keys(t, &stored, &mut known);

@@ -201,6 +201,7 @@ fn check_time_order(columns: &Columns, rows: usize, reasons: &mut Reasons) {
         ],
         Table::TaskWindows | Table::HostWindows => &[("window_start", "window_end")],
         Table::Executors => &[("add_time", "remove_time")],
+        Table::RecordLineage | Table::PartitionLatency => &[],
     };
     for (first, then) in orders {
         let (first_times, then_times) = (columns.time(first), columns.time(then));

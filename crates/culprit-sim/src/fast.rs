@@ -242,8 +242,11 @@ impl<'a> Generator<'a> {
             tasks: self.task_rows.finish(),
             task_windows: self.task_windows.finish(),
             host_windows: host_windows(self.cfg, self.span_end),
+            record_lineage: None,
+            partition_latency: None,
             victim: "q000000".into(),
             culprit: String::new(),
+            expensive_input: String::new(),
         }
     }
 }

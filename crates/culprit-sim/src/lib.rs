@@ -11,6 +11,7 @@
 //! seconds) for benchmarks.
 
 mod fast;
+mod lineage;
 mod rng;
 mod sim;
 
@@ -28,10 +29,16 @@ pub struct Workload {
     pub tasks: RecordBatch,
     pub task_windows: RecordBatch,
     pub host_windows: RecordBatch,
+    /// Record lineage and partition latencies (simulated data only).
+    pub record_lineage: Option<RecordBatch>,
+    pub partition_latency: Option<RecordBatch>,
     /// The query to explain.
     pub victim: String,
     /// The query injected to slow the victim down (empty for `fast` data).
     pub culprit: String,
+    /// The input record injected to make the victim slow, the answer of
+    /// `expensive_inputs(victim, 1)` (empty for `fast` data).
+    pub expensive_input: String,
 }
 
 impl Workload {
@@ -44,6 +51,8 @@ impl Workload {
             Table::TaskWindows => Some(&self.task_windows),
             Table::HostWindows => Some(&self.host_windows),
             Table::Executors => None,
+            Table::RecordLineage => self.record_lineage.as_ref(),
+            Table::PartitionLatency => self.partition_latency.as_ref(),
         }
     }
 }

@@ -460,15 +460,38 @@ impl<'a> Simulation<'a> {
         let (queries, stages) = self.query_and_stage_rows();
         let tasks = self.task_rows();
         let host_windows = self.host_window_rows();
+        let lineage = self.lineage();
         Workload {
             queries,
             stages,
             tasks,
             task_windows: self.task_windows.finish(),
             host_windows,
+            record_lineage: Some(lineage.record_lineage),
+            partition_latency: Some(lineage.partition_latency),
             victim: "q-victim".into(),
             culprit: "q-culprit".into(),
+            expensive_input: lineage.expensive_input,
         }
+    }
+
+    /// The record lineage of the finished tasks, with an expensive input
+    /// record injected in the victim (`lineage.rs`).
+    fn lineage(&self) -> crate::lineage::Lineage {
+        let tasks: Vec<crate::lineage::LineageTask> = self
+            .tasks
+            .iter()
+            .map(|task| crate::lineage::LineageTask {
+                query: &self.specs[task.query].id,
+                task_id: task_id(&self.specs, task),
+                stage: task.stage,
+                index: task.index,
+                parents: &self.specs[task.query].stages[task.stage].parents,
+                cpu_seconds: task.total_acquired[CPU],
+                fetch_seconds: task.total_acquired[NETWORK] / TASK_NET_RATE,
+            })
+            .collect();
+        crate::lineage::lineage(&tasks, "q-victim", self.cfg.seed)
     }
 
     /// The `queries` and `stages` rows: submitted as specified (a stage when

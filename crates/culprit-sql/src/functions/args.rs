@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use culprit_core::method::{Attribution, BlameOptions, Micros, SlotBlame, VictimStages};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::catalog::TableFunctionArgs;
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::ColumnarValue;
@@ -21,6 +21,7 @@ macro_rules! bad_arg {
         )))
     };
 }
+pub(crate) use bad_arg;
 
 /// The evaluated arguments of a call.
 pub struct Args {
@@ -111,6 +112,31 @@ impl Args {
                 self.function,
                 "argument {} is not a time (a timestamp, RFC 3339 text or epoch milliseconds): {v}",
                 i + 1
+            ),
+        }
+    }
+
+    /// Positional number (an integer, a decimal or a float; `NULL` or
+    /// absent: `None`).
+    pub fn number(&self, i: usize) -> Result<Option<f64>> {
+        match self.positional.get(i) {
+            None => Ok(None),
+            Some(v) if v.is_null() => Ok(None),
+            Some(v) if v.data_type().is_numeric() => match v.cast_to(&DataType::Float64) {
+                Ok(ScalarValue::Float64(Some(x))) => Ok(Some(x)),
+                _ => bad_arg!(self.function, "argument {} is not a number: {v}", i + 1),
+            },
+            Some(v) => bad_arg!(self.function, "argument {} must be a number, got {v}", i + 1),
+        }
+    }
+
+    /// An option's value as a finite non-negative number.
+    pub fn option_number(&self, key: &str, value: &str) -> Result<f64> {
+        match value.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            _ => bad_arg!(
+                self.function,
+                "option {key} must be a finite non-negative number, got '{value}'"
             ),
         }
     }
@@ -207,8 +233,23 @@ impl Args {
 }
 
 /// The option names; any other text is a positional value (a query id may
-/// hold a `=`).
-const OPTIONS: [&str; 4] = ["victim_stages", "stages", "attribution", "slots"];
+/// hold a `=`). The blame functions take the first four, `estimate()` the
+/// rest.
+const OPTIONS: [&str; 13] = [
+    "victim_stages",
+    "stages",
+    "attribution",
+    "slots",
+    "theta_disk_read",
+    "theta_disk_write",
+    "theta_network",
+    "theta_cpu",
+    "n_cores",
+    "slots_per_host",
+    "hosts",
+    "t_load",
+    "skew",
+];
 
 /// `key=value` or `key => value`, for a known key.
 fn option(s: &str) -> Option<(String, String)> {

@@ -14,8 +14,11 @@ mod table_function;
 mod aggressive_queries;
 mod blame;
 mod blame_beta;
+mod boe_task_seconds;
 mod critical_path;
 mod culprits;
+mod estimate;
+mod expensive_inputs;
 mod float_scalar;
 mod hot_resources;
 mod iqc_edges;
@@ -24,9 +27,12 @@ mod ratp;
 mod ratp_blocked;
 mod ratp_max;
 mod slow_nodes;
+mod skewed_tasks;
 mod slowdown;
 mod stage_ratp;
+mod stragglers;
 mod victims;
+mod what_if;
 
 use std::sync::Arc;
 
@@ -37,12 +43,13 @@ pub use table_function::{Registered, TableFunction};
 
 /// Registers every culprit function in the session.
 pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
-    // Scalars and the aggregate (method.md sections 3 and 4).
+    // Scalars and the aggregate (method.md sections 3, 4 and 11).
     for udf in [
         ratp::udf(),
         ratp_blocked::udf(),
         ratp_max::udf(),
         slowdown::udf(),
+        boe_task_seconds::udf(),
     ] {
         ctx.register_udf(udf);
     }
@@ -59,6 +66,12 @@ pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
     register::<victims::Victims>(ctx, e);
     register::<critical_path::CriticalPath>(ctx, e);
     register::<stage_ratp::StageRatp>(ctx, e);
+    // The other papers (method.md sections 9-11).
+    register::<what_if::WhatIf>(ctx, e);
+    register::<stragglers::Stragglers>(ctx, e);
+    register::<estimate::Estimate>(ctx, e);
+    register::<skewed_tasks::SkewedTasks>(ctx, e);
+    register::<expensive_inputs::ExpensiveInputs>(ctx, e);
 }
 
 fn register<F: TableFunction>(ctx: &SessionContext, engine: &Arc<Engine>) {
