@@ -50,7 +50,9 @@ async fn round_trip_each_format() {
             "{format}: {:?}",
             report.rejected
         );
-        assert_eq!(report.files, 5, "{format}");
+        // queries, stages, tasks, task_windows, host_windows, record_lineage,
+        // partition_latency.
+        assert_eq!(report.files, 7, "{format}");
         for t in Table::ALL {
             let n = scalar_f64(&store, &format!("SELECT count(*) FROM {t}")).await;
             let want = expected.table(t).map_or(0, |b| b.num_rows());
@@ -93,10 +95,10 @@ async fn reingest_adds_nothing() {
     generate(&dir, "parquet");
     let store = Store::open(tmp.path().join("store").to_str().unwrap()).unwrap();
     let first = ingest_paths(&store, &[&dir], IngestOptions::default()).await;
-    assert_eq!(first.files, 5);
+    assert_eq!(first.files, 7);
     let m1 = store.manifest().await.unwrap();
     let second = ingest_paths(&store, &[&dir], IngestOptions::default()).await;
-    assert_eq!(second.duplicate_files, 5);
+    assert_eq!(second.duplicate_files, 7);
     assert!(second.rows.is_empty());
     assert_eq!(second.version, None);
     assert_eq!(store.manifest().await.unwrap(), m1);

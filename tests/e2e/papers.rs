@@ -131,7 +131,9 @@ fn texts(b: &[RecordBatch], c: usize) -> Vec<String> {
     b.iter()
         .flat_map(|b| {
             let a = b.column(c).as_string::<i32>();
-            (0..a.len()).map(|i| a.value(i).to_string()).collect::<Vec<_>>()
+            (0..a.len())
+                .map(|i| a.value(i).to_string())
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -176,7 +178,10 @@ async fn stragglers_match_the_logs_task_ends() {
     for rel in [Q72, Q66, SPARKLINT] {
         let (store, tasks) = store_of(rel).await;
         let want = own_stragglers(&tasks);
-        assert!(!want.is_empty(), "{rel}: the test needs a log with stragglers");
+        assert!(
+            !want.is_empty(),
+            "{rel}: the test needs a log with stragglers"
+        );
         let mut got: BTreeMap<String, usize> = BTreeMap::new();
         let mut seen = HashSet::new();
         for q in queries(&store).await {
@@ -248,9 +253,7 @@ async fn estimate_on_a_tpcds_run() {
     let (store, tasks) = store_of(Q72).await;
     let mut per_stage: HashMap<&str, (usize, i64, i64)> = HashMap::new();
     for t in tasks.values() {
-        let e = per_stage
-            .entry(&t.stage)
-            .or_insert((0, i64::MAX, i64::MIN));
+        let e = per_stage.entry(&t.stage).or_insert((0, i64::MAX, i64::MIN));
         e.0 += 1;
         e.1 = e.1.min(t.launch_ms);
         e.2 = e.2.max(t.finish_ms);
@@ -274,7 +277,12 @@ async fn estimate_on_a_tpcds_run() {
         );
         let last_end = ends[..ends.len() - 1].iter().copied().fold(0.0, f64::max);
         for i in 0..stages.len() {
-            assert!(estimated[i] > 0.0, "{q}/{}: estimate {}", stages[i], estimated[i]);
+            assert!(
+                estimated[i] > 0.0,
+                "{q}/{}: estimate {}",
+                stages[i],
+                estimated[i]
+            );
             if stages[i] == "*" {
                 assert_eq!(i, stages.len() - 1, "{q}: the query's row is last");
                 assert!((estimated[i] - last_end).abs() < 1e-9, "{q}");

@@ -165,5 +165,5 @@ fn store_and_inputs_on_s3() {
     // Re-ingesting into the S3 store adds nothing.
     let out = ingest_a();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("5 files already ingested"), "{err}");
+    assert!(err.contains("7 files already ingested"), "{err}");
 }

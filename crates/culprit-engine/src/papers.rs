@@ -5,6 +5,7 @@
 //! attributes) read it through the current tokio runtime, at the snapshot's
 //! manifest version.
 
+use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use culprit_core::method::estimate::{estimate, Estimate, EstimateOptions};
 use culprit_core::method::skew::{
     expensive_inputs, skewed_tasks, ExpensiveInput, LineageRow, PartitionLatency, SkewedTask,
@@ -13,7 +14,6 @@ use culprit_core::method::stragglers::{stragglers, StragglerRow};
 use culprit_core::method::what_if::{what_if, what_if_all, WhatIfResource, WhatIfRow};
 use culprit_core::method::Micros;
 use culprit_core::Table;
-use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use futures::TryStreamExt;
 use rustc_hash::FxHashMap;
 
@@ -118,7 +118,10 @@ impl Snapshot {
     }
 
     /// The lineage rows and partition latencies of `query`.
-    async fn lineage(&self, query: &str) -> Result<(Vec<LineageRow>, Vec<PartitionLatency>), Error> {
+    async fn lineage(
+        &self,
+        query: &str,
+    ) -> Result<(Vec<LineageRow>, Vec<PartitionLatency>), Error> {
         let (store, manifest) = &*self.source;
         let mut rows = Vec::new();
         let mut batches = store.scan_table(manifest, Table::RecordLineage, None);
@@ -196,7 +199,11 @@ fn lineage_rows(b: &RecordBatch, query: &str, out: &mut Vec<LineageRow>) -> Resu
     Ok(())
 }
 
-fn partition_rows(b: &RecordBatch, query: &str, out: &mut Vec<PartitionLatency>) -> Result<(), Error> {
+fn partition_rows(
+    b: &RecordBatch,
+    query: &str,
+    out: &mut Vec<PartitionLatency>,
+) -> Result<(), Error> {
     let t = Table::PartitionLatency;
     let (queries, stages, partitions, latency, inputs) = (
         column::<StringArray>(b, t, "query_id")?,

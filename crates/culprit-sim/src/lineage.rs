@@ -77,7 +77,8 @@ pub fn lineage(tasks: &[LineageTask], hot_query: &str, seed: u64) -> Lineage {
                 let n = stage_tasks(t.stage).count() * RECORDS_PER_TASK;
                 let mut ins = vec![Vec::new(); RECORDS_PER_TASK];
                 let parent_records = t.parents.iter().flat_map(|&p| {
-                    stage_tasks(p).flat_map(move |pt| (0..RECORDS_PER_TASK).map(move |k| record(pt, k)))
+                    stage_tasks(p)
+                        .flat_map(move |pt| (0..RECORDS_PER_TASK).map(move |k| record(pt, k)))
                 });
                 for (j, id) in parent_records.enumerate() {
                     let to = j % n;

@@ -126,7 +126,11 @@ impl Args {
                 Ok(ScalarValue::Float64(Some(x))) => Ok(Some(x)),
                 _ => bad_arg!(self.function, "argument {} is not a number: {v}", i + 1),
             },
-            Some(v) => bad_arg!(self.function, "argument {} must be a number, got {v}", i + 1),
+            Some(v) => bad_arg!(
+                self.function,
+                "argument {} must be a number, got {v}",
+                i + 1
+            ),
         }
     }
 

@@ -26,7 +26,8 @@ pub struct Estimate {
 
 impl TableFunction for Estimate {
     const NAME: &'static str = "estimate";
-    const SIGNATURE: &'static str = "estimate(query [, 'theta_disk_read=B/s'] [, 'theta_disk_write=B/s'] \
+    const SIGNATURE: &'static str =
+        "estimate(query [, 'theta_disk_read=B/s'] [, 'theta_disk_write=B/s'] \
          [, 'theta_network=B/s'] [, 'theta_cpu=x'] [, 'n_cores=n'] [, 'slots_per_host=n'] \
          [, 'hosts=n'] [, 't_load=s'] [, 'skew=on|off'])";
     const NEEDS_WINDOWS: bool = true;
@@ -71,7 +72,10 @@ impl TableFunction for Estimate {
                 if x >= 1.0 && x.fract() == 0.0 && x <= u32::MAX as f64 {
                     Ok(x as usize)
                 } else {
-                    bad_arg!(Self::NAME, "option {k} must be a positive whole number, got '{v}'")
+                    bad_arg!(
+                        Self::NAME,
+                        "option {k} must be a positive whole number, got '{v}'"
+                    )
                 }
             };
             match k.as_str() {
