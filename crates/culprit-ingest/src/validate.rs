@@ -295,7 +295,7 @@ fn check_keys(
     let parts: Vec<&StringArray> = key_columns.iter().map(|c| columns.text(c)).collect();
     let stored = known.stored_keys.entry(table).or_default();
     let seen = known.batch_keys.entry(table).or_default();
-    for i in 0..rows {
+    for (i, already_stored) in already.iter_mut().enumerate() {
         if !reasons.accepts(i) {
             continue;
         }
@@ -306,7 +306,7 @@ fn check_keys(
             .join("\u{1f}");
         if stored.contains(&key) || (duplicates == BatchDuplicates::Skip && seen.contains_key(&key))
         {
-            already[i] = true;
+            *already_stored = true;
         } else if let Some(first) = seen.get(&key) {
             let shown = key.replace('\u{1f}', "/");
             reasons.reject(i, format!("duplicate key '{shown}' (first at {first})"));

@@ -138,7 +138,11 @@ impl<'a> Generator<'a> {
             ("user", Value::S(USERS[query % USERS.len()])),
             (
                 "pool",
-                Value::S(if query % 3 == 0 { "etl" } else { "adhoc" }),
+                Value::S(if query.is_multiple_of(3) {
+                    "etl"
+                } else {
+                    "adhoc"
+                }),
             ),
             ("submit_time", Value::T(cfg.start_us + submit)),
             ("end_time", Value::T(cfg.start_us + query_end)),

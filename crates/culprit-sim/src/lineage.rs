@@ -47,7 +47,7 @@ pub struct Lineage {
 /// Lineage of `tasks` (in query, stage, index order), reproducibly from
 /// `seed`.
 pub fn lineage(tasks: &[LineageTask], hot_query: &str, seed: u64) -> Lineage {
-    let mut rng = Rng::new(seed ^ 0x11_4E_A6E);
+    let mut rng = Rng::new(seed ^ 0x0114_EA6E);
     let mut rows = TableBuilder::new(Table::RecordLineage, tasks.len() * RECORDS_PER_TASK);
     let mut partitions = TableBuilder::new(Table::PartitionLatency, tasks.len());
     let mut expensive_input = String::new();

@@ -599,12 +599,12 @@ impl<'a> Simulation<'a> {
             for (window, used) in windows.iter().enumerate() {
                 let start = cfg.epoch_us(window as f64 * cfg.window);
                 let end = cfg.epoch_us((window + 1) as f64 * cfg.window);
-                for r in 0..RESOURCES.len() {
+                for (r, resource) in RESOURCES.iter().enumerate() {
                     rows.row(&[
                         ("host", Value::S(&host)),
                         ("window_start", Value::T(start)),
                         ("window_end", Value::T(end)),
-                        ("resource", Value::S(RESOURCES[r])),
+                        ("resource", Value::S(resource)),
                         ("capacity", Value::F(self.capacity[r])),
                         ("used", Value::F(used[r])),
                     ]);
@@ -716,7 +716,7 @@ fn write_window(
     let start = (totals.window as f64 * cfg.window).max(task.launch);
     let end = end.unwrap_or((totals.window + 1) as f64 * cfg.window);
     let id = task_id(specs, task);
-    for r in 0..RESOURCES.len() {
+    for (r, resource) in RESOURCES.iter().enumerate() {
         if totals.blocked[r] <= 0.0 && totals.acquired[r] <= 0.0 {
             continue;
         }
@@ -724,7 +724,7 @@ fn write_window(
             ("task_id", Value::S(&id)),
             ("window_start", Value::T(cfg.epoch_us(start))),
             ("window_end", Value::T(cfg.epoch_us(end))),
-            ("resource", Value::S(RESOURCES[r])),
+            ("resource", Value::S(resource)),
             ("blocked", Value::F(totals.blocked[r])),
             ("acquired", Value::F(totals.acquired[r])),
             (
