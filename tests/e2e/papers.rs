@@ -379,3 +379,47 @@ async fn expensive_inputs_find_the_injected_record() {
         assert!((cpu[i] - sum[i]).abs() < 1e-9 * cpu[i].max(1.0), "{i}");
     }
 }
+
+/// On simulated data (window rows, not totals), `what_if()` removes from the
+/// victim exactly the blocked seconds of its `task_windows` rows, resource
+/// by resource, summed here by plain SQL over the input table.
+#[tokio::test]
+async fn what_if_on_simulated_windows() {
+    let (_tmp, demo) = crate::common::demo_store();
+    let store = Store::open(&demo).unwrap();
+    for resource in ["network", "disk_read", "disk_write"] {
+        let b = query(
+            &store,
+            &format!(
+                "SELECT removed_seconds, improvement, tasks FROM what_if('q-victim', '{resource}')"
+            ),
+        )
+        .await;
+        let (removed, improvement, tasks) = (floats(&b, 0)[0], floats(&b, 1)[0], ints(&b, 2)[0]);
+        let b = query(
+            &store,
+            &format!(
+                "SELECT coalesce(sum(w.blocked), 0) FROM task_windows w JOIN tasks t USING (task_id) \
+                 WHERE t.query_id = 'q-victim' AND w.resource = '{resource}'"
+            ),
+        )
+        .await;
+        let want = floats(&b, 0)[0];
+        assert!(
+            (removed - want).abs() <= 1e-9 * want.max(1.0),
+            "{resource}: removed {removed} s, the windows hold {want} s"
+        );
+        assert!(
+            (0.0..1.0).contains(&improvement),
+            "{resource}: {improvement}"
+        );
+        assert_eq!(
+            tasks,
+            crate::spark::count(
+                &store,
+                "SELECT count(*) FROM tasks WHERE query_id = 'q-victim'"
+            )
+            .await
+        );
+    }
+}

@@ -219,6 +219,11 @@ impl Args {
     pub fn query_call(&self, signature: &str) -> Result<String> {
         self.no_options()?;
         self.max_positional(1, signature)?;
+        self.required_query(signature)
+    }
+
+    /// The query id of the first position, which may not be NULL.
+    pub fn required_query(&self, signature: &str) -> Result<String> {
         match self.text(0)? {
             Some(q) => Ok(q),
             None => bad_arg!(

@@ -59,13 +59,7 @@ impl TableFunction for Estimate {
 
     fn plan(args: &Args) -> Result<Self> {
         args.max_positional(1, Self::SIGNATURE)?;
-        let Some(query) = args.text(0)? else {
-            return bad_arg!(
-                Self::NAME,
-                "the query id is required; usage: {}",
-                Self::SIGNATURE
-            );
-        };
+        let query = args.required_query(Self::SIGNATURE)?;
         let mut opts = EstimateOptions::default();
         for (k, v) in &args.options {
             let count = |x: f64| -> Result<usize> {

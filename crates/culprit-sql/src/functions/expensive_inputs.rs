@@ -38,13 +38,7 @@ impl TableFunction for ExpensiveInputs {
     fn plan(args: &Args) -> Result<Self> {
         args.no_options()?;
         args.max_positional(2, Self::SIGNATURE)?;
-        let Some(query) = args.text(0)? else {
-            return bad_arg!(
-                Self::NAME,
-                "the query id is required; usage: {}",
-                Self::SIGNATURE
-            );
-        };
+        let query = args.required_query(Self::SIGNATURE)?;
         let k = match args.number(1)? {
             None => DEFAULT_K,
             Some(k) if k >= 1.0 && k.fract() == 0.0 && k <= u32::MAX as f64 => k as usize,

@@ -43,13 +43,7 @@ impl TableFunction for SkewedTasks {
     fn plan(args: &Args) -> Result<Self> {
         args.no_options()?;
         args.max_positional(2, Self::SIGNATURE)?;
-        let Some(query) = args.text(0)? else {
-            return bad_arg!(
-                Self::NAME,
-                "the query id is required; usage: {}",
-                Self::SIGNATURE
-            );
-        };
+        let query = args.required_query(Self::SIGNATURE)?;
         let threshold = args.number(1)?.unwrap_or(DEFAULT_THRESHOLD);
         if !(threshold.is_finite() && threshold > 0.0) {
             return bad_arg!(

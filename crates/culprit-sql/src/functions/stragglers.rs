@@ -7,7 +7,7 @@ use culprit_engine::Snapshot;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
-use super::args::{bad_arg, Args};
+use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
 use super::table_function::{Rows, TableFunction};
 use crate::error::in_function;
@@ -42,13 +42,7 @@ impl TableFunction for Stragglers {
     fn plan(args: &Args) -> Result<Self> {
         args.no_options()?;
         args.max_positional(3, Self::SIGNATURE)?;
-        let Some(query) = args.text(0)? else {
-            return bad_arg!(
-                Self::NAME,
-                "the query id is required; usage: {}",
-                Self::SIGNATURE
-            );
-        };
+        let query = args.required_query(Self::SIGNATURE)?;
         Ok(Stragglers {
             query,
             from: args.time(1)?,
