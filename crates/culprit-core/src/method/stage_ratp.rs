@@ -2,7 +2,7 @@
 //! 001 eq. 13-15), shown beside blame so a user can tell a stage that waited
 //! long because it moved much data from one that waited disproportionately.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::model::{Dataset, N_RES};
 use crate::Resource;
@@ -27,7 +27,8 @@ pub struct StageRatp {
 /// when the row is split in two (its rate is uniform), so rows are summed
 /// as they are.
 pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
-    let mut acc: FxHashMap<(u32, usize, u32), (Vec<u32>, StageRatp)> = FxHashMap::default();
+    // Per (stage, resource, host): its distinct tasks, and the sums.
+    let mut acc: FxHashMap<(u32, usize, u32), (FxHashSet<u32>, StageRatp)> = FxHashMap::default();
     let mut add = |g: usize, row: &super::model::WindowRow| {
         let t = &ds.tasks[row.task as usize];
         if ds.stage_query(t.stage) != query {
@@ -36,9 +37,9 @@ pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
         let r = Resource::ALL[g % N_RES];
         let run = (t.finish - t.launch) as f64 / 1e6;
         let dt = (row.end - row.start) as f64 / 1e6;
-        let (_, s) = acc.entry((t.stage, g % N_RES, t.host)).or_insert_with(|| {
+        let (tasks, s) = acc.entry((t.stage, g % N_RES, t.host)).or_insert_with(|| {
             (
-                Vec::new(),
+                FxHashSet::default(),
                 StageRatp {
                     stage: t.stage,
                     resource: r,
@@ -52,6 +53,7 @@ pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
                 },
             )
         });
+        tasks.insert(row.task);
         s.acquired += row.acquired;
         s.blocked += row.blocked;
         if row.acquired > 0.0 && run > 0.0 {
@@ -72,26 +74,52 @@ pub fn stage_ratp(ds: &Dataset, query: u32) -> Vec<StageRatp> {
             add(g, &row);
         }
     }
-    // Count distinct tasks.
-    let mut tasks: FxHashMap<(u32, usize, u32), rustc_hash::FxHashSet<u32>> = FxHashMap::default();
-    for (g, rows) in ds.windows.iter().enumerate() {
-        for row in rows {
-            let t = &ds.tasks[row.task as usize];
-            if ds.stage_query(t.stage) == query {
-                tasks
-                    .entry((t.stage, g % N_RES, t.host))
-                    .or_default()
-                    .insert(row.task);
-            }
-        }
-    }
+    // Every task with a row (window rows and rows built from totals alike).
     let mut out: Vec<StageRatp> = acc
-        .into_iter()
-        .map(|(k, (_, mut s))| {
-            s.tasks = tasks.get(&k).map_or(1, |t| t.len());
+        .into_values()
+        .map(|(tasks, mut s)| {
+            s.tasks = tasks.len();
             s
         })
         .collect();
     out.sort_by_key(|a| (a.stage, a.resource, a.host));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::model::Totals;
+
+    /// Tasks known only by their totals (every Spark task) are counted per
+    /// stage, resource and host like tasks with window rows (issue #16: every
+    /// such stage reported `tasks = 1`).
+    #[test]
+    fn tasks_known_by_totals_are_counted() {
+        let mut ds = Dataset::new();
+        for i in 0..3 {
+            ds.add_task(
+                &format!("t{i}"),
+                "q",
+                "0",
+                "h1",
+                0,
+                1_000_000,
+                None,
+                Totals {
+                    input_bytes: 100.0,
+                    disk_read_blocked: 0.5,
+                    ..Totals::default()
+                },
+            );
+        }
+        let q = ds.queries.get("q").unwrap();
+        let rows = stage_ratp(&ds, q);
+        let disk = rows
+            .iter()
+            .find(|s| s.resource == Resource::DiskRead)
+            .expect("a disk_read row");
+        assert_eq!(disk.tasks, 3);
+        assert_eq!(disk.acquired, 300.0);
+    }
 }
