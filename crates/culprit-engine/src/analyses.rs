@@ -33,10 +33,7 @@ impl Snapshot {
         let (victims, level4) = match &self.buckets {
             None => method::blame(&self.ds, opts)?,
             Some(buckets) => {
-                let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
-                    Error::Internal(format!("reading task_windows outside a runtime: {e}"))
-                })?;
-                let reader = buckets.reader(&self.ds, runtime);
+                let reader = buckets.reader(&self.ds, runtime()?);
                 method::blame_streamed(&self.ds, opts, &reader)?
             }
         };
@@ -103,11 +100,25 @@ impl Snapshot {
     /// Stage RATP of `query` (section 7). Needs the window rows in memory:
     /// take the snapshot with `windows`.
     pub fn stage_ratp(&self, query: &str) -> Result<Vec<StageRatp>, Error> {
-        if self.buckets.is_some() {
-            return Err(Error::Internal(
-                "stage_ratp needs a snapshot with its window rows in memory".into(),
-            ));
-        }
+        self.windows_in_memory("stage_ratp")?;
         Ok(method::stage_ratp(&self.ds, self.query(query)?))
     }
+
+    /// For the analyses that read every window row from the dataset: the
+    /// SQL layer must have taken the snapshot with `windows`.
+    pub(crate) fn windows_in_memory(&self, function: &str) -> Result<(), Error> {
+        if self.buckets.is_some() {
+            return Err(Error::Internal(format!(
+                "{function} needs a snapshot with its window rows in memory"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The tokio runtime an analysis reads the store through (it runs on a
+/// blocking thread of it).
+pub(crate) fn runtime() -> Result<tokio::runtime::Handle, Error> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|e| Error::Internal(format!("reading the store outside a runtime: {e}")))
 }

@@ -8,7 +8,8 @@
 use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use culprit_core::method::estimate::{estimate, Estimate, EstimateOptions};
 use culprit_core::method::skew::{
-    expensive_inputs, skewed_tasks, ExpensiveInput, LineageRow, PartitionLatency, SkewedTask,
+    check_threshold, expensive_inputs, skewed_tasks, ExpensiveInput, LineageRow, PartitionLatency,
+    SkewedTask,
 };
 use culprit_core::method::stragglers::{stragglers, StragglerRow};
 use culprit_core::method::what_if::{what_if, what_if_all, WhatIfResource, WhatIfRow};
@@ -17,6 +18,7 @@ use culprit_core::Table;
 use futures::TryStreamExt;
 use rustc_hash::FxHashMap;
 
+use crate::analyses::runtime;
 use crate::engine::Snapshot;
 use crate::error::Error;
 
@@ -60,32 +62,18 @@ impl Snapshot {
     /// (`records_read + shuffle_records_read`, as Spark ingest writes them).
     pub fn skewed_tasks(&self, query: &str, threshold: f64) -> Result<Vec<SkewedTask>, Error> {
         self.windows_in_memory("skewed_tasks")?;
+        // Bad arguments fail before the tasks table is read.
         self.query(query)?;
-        let records = self.block_on(self.input_records(query))??;
+        check_threshold(threshold)?;
+        let records = runtime()?.block_on(self.input_records(query))?;
         Ok(skewed_tasks(&self.ds, query, &records, threshold)?)
     }
 
     /// The `k` most expensive input records of `query` from its record
     /// lineage (method.md section 10).
     pub fn expensive_inputs(&self, query: &str, k: usize) -> Result<Vec<ExpensiveInput>, Error> {
-        let (rows, partitions) = self.block_on(self.lineage(query))??;
+        let (rows, partitions) = runtime()?.block_on(self.lineage(query))?;
         Ok(expensive_inputs(&rows, &partitions, query, k)?)
-    }
-
-    fn windows_in_memory(&self, function: &str) -> Result<(), Error> {
-        if self.buckets.is_some() {
-            return Err(Error::Internal(format!(
-                "{function} needs a snapshot with its window rows in memory"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Runs a read of the store from the blocking thread an analysis runs on.
-    fn block_on<F: std::future::Future>(&self, f: F) -> Result<F::Output, Error> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|e| Error::Internal(format!("reading the store outside a runtime: {e}")))?;
-        Ok(runtime.block_on(f))
     }
 
     /// Input records per task id of `query`, from `tasks.attrs` (tasks with

@@ -279,6 +279,17 @@ pub struct SkewedTask {
     pub ratio: f64,
 }
 
+/// The threshold of [`skewed_tasks`]: a finite positive number.
+pub fn check_threshold(threshold: f64) -> Result<(), MethodError> {
+    if threshold.is_finite() && threshold > 0.0 {
+        Ok(())
+    } else {
+        Err(MethodError::InvalidArgument(format!(
+            "threshold must be a finite positive number, not {threshold}"
+        )))
+    }
+}
+
 /// Tasks of `query` whose compute time per input record is more than
 /// `threshold` times their stage's median (method.md §10 without lineage,
 /// in the spirit of 002 §4's per-record computation latency, and of 004 §5's
@@ -293,11 +304,7 @@ pub fn skewed_tasks(
     input_records: &FxHashMap<String, f64>,
     threshold: f64,
 ) -> Result<Vec<SkewedTask>, MethodError> {
-    if !(threshold.is_finite() && threshold > 0.0) {
-        return Err(MethodError::InvalidArgument(format!(
-            "threshold must be a finite positive number, not {threshold}"
-        )));
-    }
+    check_threshold(threshold)?;
     let q = query_id(ds, query)?;
     let ids = query_tasks(ds, q, None, None);
     let tasks = task_times(ds, &ids);

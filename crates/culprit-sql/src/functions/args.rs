@@ -145,6 +145,19 @@ impl Args {
         }
     }
 
+    /// `x` as a count: a whole number from 1 to 2^32 - 1; `what` names it
+    /// in the error.
+    pub fn count(&self, what: &str, x: f64) -> Result<usize> {
+        if x >= 1.0 && x.fract() == 0.0 && x <= u32::MAX as f64 {
+            Ok(x as usize)
+        } else {
+            bad_arg!(
+                self.function,
+                "{what} must be a positive whole number, got {x}"
+            )
+        }
+    }
+
     /// Blame options from the `from`/`to` positions and the option strings.
     pub fn blame_options(
         &self,

@@ -62,16 +62,6 @@ impl TableFunction for Estimate {
         let query = args.required_query(Self::SIGNATURE)?;
         let mut opts = EstimateOptions::default();
         for (k, v) in &args.options {
-            let count = |x: f64| -> Result<usize> {
-                if x >= 1.0 && x.fract() == 0.0 && x <= u32::MAX as f64 {
-                    Ok(x as usize)
-                } else {
-                    bad_arg!(
-                        Self::NAME,
-                        "option {k} must be a positive whole number, got '{v}'"
-                    )
-                }
-            };
             match k.as_str() {
                 "theta_disk_read" => opts.theta_disk_read = Some(args.option_number(k, v)?),
                 "theta_disk_write" => opts.theta_disk_write = Some(args.option_number(k, v)?),
@@ -79,8 +69,10 @@ impl TableFunction for Estimate {
                 "theta_cpu" => opts.theta_cpu = Some(args.option_number(k, v)?),
                 "n_cores" => opts.n_cores = Some(args.option_number(k, v)?),
                 "t_load" => opts.t_load = Some(args.option_number(k, v)?),
-                "slots_per_host" => opts.slots_per_host = Some(count(args.option_number(k, v)?)?),
-                "hosts" => opts.hosts = Some(count(args.option_number(k, v)?)?),
+                "slots_per_host" => {
+                    opts.slots_per_host = Some(args.count(k, args.option_number(k, v)?)?)
+                }
+                "hosts" => opts.hosts = Some(args.count(k, args.option_number(k, v)?)?),
                 "skew" => {
                     opts.skew = match v.to_ascii_lowercase().as_str() {
                         "on" | "true" => true,

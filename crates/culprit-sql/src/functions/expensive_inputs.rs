@@ -8,7 +8,7 @@ use culprit_engine::Snapshot;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
-use super::args::{bad_arg, Args};
+use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
 use super::table_function::{Rows, TableFunction};
 use crate::error::in_function;
@@ -41,8 +41,7 @@ impl TableFunction for ExpensiveInputs {
         let query = args.required_query(Self::SIGNATURE)?;
         let k = match args.number(1)? {
             None => DEFAULT_K,
-            Some(k) if k >= 1.0 && k.fract() == 0.0 && k <= u32::MAX as f64 => k as usize,
-            Some(k) => return bad_arg!(Self::NAME, "k must be a positive whole number, got {k}"),
+            Some(k) => args.count("k", k)?,
         };
         Ok(ExpensiveInputs { query, k })
     }

@@ -7,13 +7,13 @@ use culprit_engine::Snapshot;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
-use super::args::{bad_arg, Args};
+use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
 use super::table_function::{Rows, TableFunction};
 use crate::error::in_function;
 
 /// The default threshold: the straggler factor of 004 §5.
-const DEFAULT_THRESHOLD: f64 = 1.5;
+use culprit_core::method::stragglers::STRAGGLER_FACTOR as DEFAULT_THRESHOLD;
 
 pub struct SkewedTasks {
     query: String,
@@ -45,12 +45,6 @@ impl TableFunction for SkewedTasks {
         args.max_positional(2, Self::SIGNATURE)?;
         let query = args.required_query(Self::SIGNATURE)?;
         let threshold = args.number(1)?.unwrap_or(DEFAULT_THRESHOLD);
-        if !(threshold.is_finite() && threshold > 0.0) {
-            return bad_arg!(
-                Self::NAME,
-                "threshold must be a finite positive number, got {threshold}"
-            );
-        }
         Ok(SkewedTasks { query, threshold })
     }
 
