@@ -16,4 +16,5 @@ mod server;
 mod slt;
 mod spark;
 mod streaming;
+mod user_tables;
 mod wire_fuzz;

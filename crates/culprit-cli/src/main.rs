@@ -108,9 +108,18 @@ enum Command {
     Ingest {
         #[command(flatten)]
         store: StoreArg,
-        /// Read every file as this table (else the file's or folder's name says).
+        /// Read every file as this table (else the file's or folder's name says). A
+        /// name that is not a telemetry table loads the files (CSV with a header row,
+        /// Parquet, JSON lines) into that user table, created if missing.
         #[arg(long)]
-        table: Option<Table>,
+        table: Option<String>,
+        /// User tables: replace the table's rows (and columns) instead of appending.
+        #[arg(long, requires = "table")]
+        replace: bool,
+        /// User tables: the columns of a new table, "name type, ..." (text, bigint,
+        /// double precision, boolean, timestamptz, date), instead of inferring them.
+        #[arg(long, requires = "table")]
+        schema: Option<String>,
         /// Ingest nothing when any row is rejected.
         #[arg(long)]
         strict: bool,
@@ -211,6 +220,8 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
         Command::Ingest {
             store,
             table,
+            replace,
+            schema,
             strict,
             watch,
             interval,
@@ -218,6 +229,36 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             paths,
         } => {
             let store = Store::open(&store.store)?;
+            let table = match table {
+                Some(name) => match name.parse::<Table>() {
+                    Ok(t) if !replace && schema.is_none() => Some(t),
+                    Ok(t) => {
+                        return Err(format!(
+                            "{t} is a telemetry table: it is only appended to (--replace and \
+                             --schema are for user tables)"
+                        )
+                        .into())
+                    }
+                    Err(_) if watch => {
+                        return Err("--watch follows telemetry; load a user table without it".into())
+                    }
+                    Err(_) => {
+                        let schema = schema.as_deref().map(culprit_ingest::parse_schema).transpose()?;
+                        let report = culprit_ingest::ingest_user_table(&store, &name, &paths, replace, schema).await?;
+                        println!(
+                            "table {}: {} rows from {} files {} ({} columns; store version {})",
+                            report.table,
+                            report.rows,
+                            report.files,
+                            if report.replaced { "replaced its rows" } else { "appended" },
+                            report.schema.fields().len(),
+                            report.version
+                        );
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                },
+                None => None,
+            };
             let opts = IngestOptions {
                 table,
                 strict,
@@ -242,8 +283,8 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             query,
         } => {
             let store = Store::open(&store.store)?;
-            let ctx = culprit_sql::session(store).await?;
-            let batches = ctx.sql(&query).await?.collect().await?;
+            let ctx = culprit_sql::session(store.clone()).await?;
+            let batches = culprit_sql::user_tables::run_sql(&ctx, &store, &query).await?;
             output::print(&batches, format)?;
             // A one-shot command: the process ends now, and the OS reclaims
             // the session's dataset cache (a million tasks are a million

@@ -15,6 +15,7 @@ mod formats;
 pub mod fuzz;
 mod sources;
 pub mod spark;
+mod user_table;
 mod validate;
 
 pub use driver::{
@@ -23,3 +24,4 @@ pub use driver::{
 pub use error::{IngestError, Result};
 pub use formats::Format;
 pub use sources::{list_sources, SourceFile};
+pub use user_table::{ingest_user_table, parse_schema, UserTableReport};

@@ -10,13 +10,17 @@ use std::time::Duration;
 use datafusion::prelude::SessionContext;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::{ClientInfo, ConnectionManager, ErrorHandler, PgWireServerHandlers};
 use pgwire::error::PgWireError;
 use tokio::sync::OwnedSemaphorePermit;
 
+use culprit_store::Store;
+
 use crate::auth::Users;
 use crate::cancel::{Cancel, Running};
+use crate::copy::CopyIns;
 use crate::pipeline::Pipeline;
 use crate::policy::Gate;
 use crate::protocol::{ExtendedParser, Queries};
@@ -38,6 +42,7 @@ pub struct Shared {
 
 /// The handlers of one connection.
 pub struct CulpritHandlers {
+    copy: Arc<CopyIns>,
     queries: Arc<Queries>,
     startup: Arc<Startup>,
     cancel: Arc<Cancel>,
@@ -48,10 +53,14 @@ impl CulpritHandlers {
     /// the server already has its maximum of connections.
     pub fn new(
         ctx: Arc<SessionContext>,
+        store: Store,
         shared: Arc<Shared>,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
-        let pipeline = Arc::new(Pipeline::new(ctx));
+        let pipeline = Arc::new(Pipeline::new(ctx, store));
+        let copy = Arc::new(CopyIns {
+            pipeline: pipeline.clone(),
+        });
         let queries = Queries {
             parser: Arc::new(ExtendedParser {
                 pipeline: pipeline.clone(),
@@ -74,6 +83,7 @@ impl CulpritHandlers {
             connections: shared.connections.clone(),
         };
         CulpritHandlers {
+            copy,
             queries: Arc::new(queries),
             startup: Arc::new(startup),
             cancel: Arc::new(cancel),
@@ -109,6 +119,10 @@ impl PgWireServerHandlers for CulpritHandlers {
 
     fn error_handler(&self) -> Arc<impl ErrorHandler> {
         Arc::new(SqlStateErrors)
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.copy.clone()
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {

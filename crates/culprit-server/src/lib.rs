@@ -6,6 +6,7 @@
 pub mod auth;
 mod cancel;
 mod compat;
+mod copy;
 mod guard;
 mod handlers;
 mod hooks;
@@ -202,6 +203,7 @@ impl Server {
                             (self.store.clone(), self.engine.clone(), self.query_memory);
                         let tls = self.tls.clone();
                         connections.spawn(async move {
+                            let store_for_session = store.clone();
                             let ctx = match session(store, engine, memory).await {
                                 Ok(ctx) => ctx,
                                 Err(e) => {
@@ -209,7 +211,7 @@ impl Server {
                                     return;
                                 }
                             };
-                            let handlers = Arc::new(CulpritHandlers::new(Arc::new(ctx), shared, permit));
+                            let handlers = Arc::new(CulpritHandlers::new(Arc::new(ctx), store_for_session, shared, permit));
                             if let Err(e) = wire::serve(socket, tls, handlers).await {
                                 log::info!("connection from {peer} ended: {e}");
                             }

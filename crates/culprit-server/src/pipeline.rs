@@ -35,7 +35,13 @@ use pgwire::api::{ClientInfo, Type};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::types::format::FormatOptions;
 
+use culprit_sql::user_tables::{self, DdlDone};
+use culprit_store::Store;
+use datafusion::sql::sqlparser::ast::CopyTarget;
+
+use crate::copy::{self, CopyIn, CopyOptions, Slot};
 use crate::hooks::SessionHooks;
+use crate::sqlstate;
 use crate::parameters::{self, Values};
 
 /// A statement the gate admitted, with how far it is planned. The extended
@@ -106,15 +112,24 @@ pub struct Pipeline {
     /// plan's parameters and columns (it maps oid-alias catalog columns and
     /// others beyond the Arrow types).
     types: Arc<datafusion_postgres::Parser>,
+    /// The store, for its user tables.
+    store: Store,
+    /// The connection's `COPY ... FROM STDIN` in progress (`copy.rs`).
+    pub copy_in: Slot<CopyIn>,
+    /// Why it failed, kept until the client ends its data.
+    pub copy_failed: Slot<String>,
 }
 
 impl Pipeline {
-    pub fn new(ctx: Arc<SessionContext>) -> Pipeline {
+    pub fn new(ctx: Arc<SessionContext>, store: Store) -> Pipeline {
         let types = DfSessionService::new_with_hooks(ctx.clone(), vec![]).query_parser();
         Pipeline {
             ctx,
             hooks: SessionHooks::default(),
             types,
+            store,
+            copy_in: Slot::default(),
+            copy_failed: Slot::default(),
         }
     }
 
@@ -129,6 +144,10 @@ impl Pipeline {
         if let Some(described) = self.hooks.describe(&tree, &self.ctx, client).await {
             let plan = PlanStage::Planned(described?);
             return Ok(AdmittedStatement { tree, plan });
+        }
+        if matches!(tree, Statement::Copy { .. }) {
+            // Run whole at Execute (`copy.rs`); it returns no row description.
+            return Ok(AdmittedStatement::unplanned(tree));
         }
         let plan = match self.plan(&tree).await {
             Ok(plan) => PlanStage::Planned(plan),
@@ -162,6 +181,9 @@ impl Pipeline {
         if let Some(answer) = self.hooks.answer(tree, described, &self.ctx, client).await {
             return answer;
         }
+        if let Statement::Copy { .. } = tree {
+            return self.copy(tree).await;
+        }
         let plan = match &statement.plan {
             PlanStage::Unplanned => self.plan(tree).await?,
             PlanStage::Planned(plan) => {
@@ -177,8 +199,12 @@ impl Pipeline {
         self.execute_and_encode(plan, tree, format, options).await
     }
 
-    /// Plans a tree, after the catalog rewrites of known clients.
+    /// Plans a tree, after the catalog rewrites of known clients, with the
+    /// store's user tables as they are now.
     async fn plan(&self, tree: &Statement) -> PgWireResult<LogicalPlan> {
+        user_tables::sync(&self.ctx, &self.store)
+            .await
+            .map_err(api_error)?;
         let statement = crate::rewrite::catalog_query(tree).unwrap_or_else(|| tree.clone());
         self.ctx
             .state()
@@ -196,6 +222,14 @@ impl Pipeline {
         format: &Format,
         options: FormatOptions,
     ) -> PgWireResult<Response> {
+        if let Some(done) = user_tables::run_user_ddl(&self.ctx, &self.store, &plan).await {
+            let tag = match done.map_err(api_error)? {
+                DdlDone::Created(Some(rows)) => Tag::new("SELECT").with_rows(rows as usize),
+                DdlDone::Created(None) => Tag::new("CREATE TABLE"),
+                DdlDone::Dropped => Tag::new("DROP TABLE"),
+            };
+            return Ok(Response::Execution(tag));
+        }
         let df = self
             .ctx
             .execute_logical_plan(plan)
@@ -204,8 +238,86 @@ impl Pipeline {
         if matches!(tree, Statement::Insert(_)) {
             return insert_tag(df).await;
         }
+        if matches!(tree, Statement::Truncate(_)) {
+            df.collect().await.map_err(api_error)?;
+            return Ok(Response::Execution(Tag::new("TRUNCATE TABLE")));
+        }
         let rows = encode_dataframe(df, format, Some(Arc::new(options))).await?;
         Ok(Response::Query(rows))
+    }
+
+    /// A `COPY`: `TO STDOUT` runs its query and streams the rows;
+    /// `FROM STDIN` starts a copy into a user table, which the connection's
+    /// copy handler feeds (`copy.rs`). The gate admitted it for the role.
+    async fn copy(&self, tree: &Statement) -> PgWireResult<Response> {
+        let Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            values,
+        } = tree
+        else {
+            return Err(copy_error(sqlstate::INTERNAL_ERROR, "not a COPY"));
+        };
+        let options = CopyOptions::of(options, legacy_options)?;
+        match (to, target) {
+            (true, CopyTarget::Stdout) => {
+                let query = copy::source_query(source)?;
+                let plan = self.plan(&query).await?;
+                let df = self
+                    .ctx
+                    .execute_logical_plan(plan)
+                    .await
+                    .map_err(api_error)?;
+                copy::copy_out(df, &options).await
+            }
+            (false, CopyTarget::Stdin) if values.is_empty() => {
+                let datafusion::sql::sqlparser::ast::CopySource::Table {
+                    table_name,
+                    columns,
+                } = source
+                else {
+                    return Err(copy_error(
+                        sqlstate::SYNTAX_ERROR,
+                        "COPY FROM STDIN names a table, not a query",
+                    ));
+                };
+                let name = copy::table_name(table_name)?;
+                if let Err(e) = culprit_store::check_user_table_name(&name) {
+                    if name.parse::<culprit_core::Table>().is_ok() {
+                        return Err(api_error(datafusion::error::DataFusionError::External(
+                            Box::new(e),
+                        )));
+                    }
+                }
+                user_tables::sync(&self.ctx, &self.store)
+                    .await
+                    .map_err(api_error)?;
+                let Some(schema) = user_tables::user_table_schema(&self.ctx, &name).await else {
+                    return Err(copy_error(
+                        sqlstate::UNDEFINED_TABLE,
+                        &format!("relation \"{name}\" does not exist (COPY FROM STDIN fills a user table: create it first)"),
+                    ));
+                };
+                let copy = CopyIn::start(&name, schema, columns, options, self.store.begin())?;
+                let (format, columns) = (copy.format_code(), copy.columns());
+                *self.copy_failed.lock().await = None;
+                if let Some(old) = self.copy_in.lock().await.replace(copy) {
+                    old.abort().await;
+                }
+                Ok(Response::CopyIn(pgwire::api::results::CopyResponse::new(
+                    format,
+                    columns,
+                    futures::stream::empty(),
+                )))
+            }
+            _ => Err(copy_error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "COPY reads from STDIN or writes to STDOUT only (psql's \\copy reads and writes files on the client)",
+            )),
+        }
     }
 
     /// The wire types of a prepared statement's parameters: `text` for a
@@ -236,6 +348,14 @@ impl Pipeline {
             ),
         }
     }
+}
+
+fn copy_error(code: &str, message: &str) -> PgWireError {
+    PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+        "ERROR".into(),
+        code.into(),
+        message.into(),
+    )))
 }
 
 /// `INSERT 0 n`: DataFusion answers an insert with one row, its count.

@@ -6,11 +6,14 @@
 //! start here has no statement to run.
 //!
 //! The rules, by role (`read` is also everyone on a server without users):
-//! - every role: queries (also inside `EXPLAIN`, `PREPARE`, `DECLARE`),
-//!   `SHOW`, `SET` of session settings, transactions, savepoints, cursors;
-//! - `write` also: `CREATE TABLE` / `CREATE VIEW` / `CREATE SCHEMA`,
-//!   `INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, `DROP` of tables, views and
-//!   schemas (of the session: nothing here changes the store);
+//! - every role: queries (also inside `EXPLAIN`, `PREPARE`, `DECLARE`,
+//!   `COPY ... TO STDOUT`), `SHOW`, `SET` of session settings,
+//!   transactions, savepoints, cursors;
+//! - `write` also: `CREATE TABLE`, `INSERT`, `TRUNCATE`, `COPY ... FROM
+//!   STDIN` and `DROP TABLE` of user tables (kept in the store,
+//!   `culprit_sql::user_tables`; telemetry tables refuse them), and
+//!   `CREATE VIEW` / `CREATE SCHEMA` / `UPDATE` / `DELETE` / `DROP` of the
+//!   session's own views and schemas;
 //! - no role: anything that names a location or file (`COPY ... TO/FROM
 //!   'path'`, `CREATE EXTERNAL TABLE`, `LOCATION`, `LOAD DATA`, `UNLOAD`,
 //!   `INSERT OVERWRITE DIRECTORY`, `ATTACH`, `INSTALL`), the
@@ -233,10 +236,10 @@ fn need(stmt: &Statement) -> Need {
             } else {
                 "COPY ... FROM a file"
             }),
-            _ => Need::Never(Refusal::new(
-                sqlstate::FEATURE_NOT_SUPPORTED,
-                "COPY to or from the client (STDIN/STDOUT) is not supported yet",
-            )),
+            // A read, whatever it reads (its query is judged on its own).
+            (true, _) => Need::Read,
+            // Rows into a user table (`copy.rs` refuses telemetry tables).
+            (false, _) => write(),
         },
         Statement::CreateTable(t) => {
             if t.external || t.location.is_some() {
@@ -525,7 +528,20 @@ mod tests {
         ] {
             assert_eq!(verdict(sql, Role::Write), Err("0A000"), "{sql}");
         }
-        assert_eq!(verdict("COPY tasks TO STDOUT", Role::Write), Err("0A000"));
+    }
+
+    #[test]
+    fn copy_to_the_client_is_a_read_and_from_it_a_write() {
+        assert_eq!(verdict("COPY tasks TO STDOUT", Role::Read), Ok(()));
+        assert_eq!(
+            verdict("COPY (SELECT * FROM culprits('q')) TO STDOUT WITH CSV HEADER", Role::Read),
+            Ok(())
+        );
+        assert_eq!(verdict("COPY teams FROM STDIN", Role::Read), Err("42501"));
+        assert_eq!(verdict("COPY teams FROM STDIN", Role::Write), Ok(()));
+        // Files stay out of reach of every role.
+        assert_eq!(verdict("COPY tasks TO '/tmp/x'", Role::Write), Err("42501"));
+        assert_eq!(verdict("COPY teams FROM '/etc/passwd'", Role::Write), Err("42501"));
     }
 
     #[test]

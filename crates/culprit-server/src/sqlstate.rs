@@ -6,12 +6,16 @@
 //! each is logged.
 
 use culprit_sql::error::{Error as CulpritError, MethodError};
-use culprit_store::StoreError;
+use culprit_store::{StoreError, UserTableProblem};
 use datafusion::common::{DataFusionError, SchemaError};
 use datafusion::sql::sqlparser::parser::ParserError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 pub const SYNTAX_ERROR: &str = "42601";
+pub const DUPLICATE_TABLE: &str = "42P07";
+pub const WRONG_OBJECT_TYPE: &str = "42809";
+pub const INVALID_NAME: &str = "42602";
+pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
 pub const UNDEFINED_TABLE: &str = "42P01";
 pub const UNDEFINED_COLUMN: &str = "42703";
 pub const UNDEFINED_FUNCTION: &str = "42883";
@@ -95,6 +99,12 @@ fn store_code(e: &StoreError) -> &'static str {
     match e {
         // A data file the store did not write (or an older layout).
         StoreError::ForeignSchema { .. } => DATA_CORRUPTED,
+        StoreError::UserTable { code, .. } => match code {
+            UserTableProblem::Exists => DUPLICATE_TABLE,
+            UserTableProblem::Missing => UNDEFINED_TABLE,
+            UserTableProblem::Telemetry => WRONG_OBJECT_TYPE,
+            UserTableProblem::Invalid => INVALID_NAME,
+        },
         _ => IO_ERROR,
     }
 }

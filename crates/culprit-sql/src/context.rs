@@ -76,5 +76,6 @@ pub async fn session_with(
         ctx.sql(&format!("CREATE VIEW {name} AS {sql}")).await?;
     }
     functions::register_all(&ctx, engine);
+    crate::user_tables::sync(&ctx, &store).await?;
     Ok(ctx)
 }

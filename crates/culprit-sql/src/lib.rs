@@ -10,6 +10,7 @@ pub mod error;
 pub mod functions;
 pub mod sandbox;
 mod table;
+pub mod user_tables;
 
 pub use context::{default_config, session, session_with, session_with_config, VIEWS};
 pub use culprit_engine::Engine;

@@ -46,6 +46,21 @@ impl TableProvider for StoreTable {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
     }
 
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        _input: Arc<dyn ExecutionPlan>,
+        _insert_op: datafusion::logical_expr::dml::InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::External(Box::new(
+            culprit_store::StoreError::UserTable {
+                table: self.table.name().to_string(),
+                reason: "is a telemetry table: it changes only through `culprit ingest`".into(),
+                code: culprit_store::UserTableProblem::Telemetry,
+            },
+        )))
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,

@@ -32,8 +32,28 @@ pub enum StoreError {
     },
     #[error("arrow error: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// A user table that cannot be created, written or dropped as asked.
+    #[error("table {table}: {reason}")]
+    UserTable {
+        table: String,
+        reason: String,
+        code: UserTableProblem,
+    },
     #[error("commit conflict: {0} concurrent commits in a row, giving up")]
     Conflict(usize),
+}
+
+/// What is wrong with a user table operation, for the SQLSTATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserTableProblem {
+    /// It exists already (42P07).
+    Exists,
+    /// It does not exist (42P01).
+    Missing,
+    /// A telemetry table: changed only by ingest (42809).
+    Telemetry,
+    /// A bad name, columns or rows (42602 / 22P02...).
+    Invalid,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

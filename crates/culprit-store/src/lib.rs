@@ -15,6 +15,7 @@ mod manifest;
 pub mod paths;
 mod store;
 
-pub use error::{Result, StoreError};
-pub use manifest::{BatchInfo, DataFile, Manifest, SourceRecord};
+pub use error::{Result, StoreError, UserTableProblem};
+pub use manifest::{BatchInfo, DataFile, Manifest, SourceRecord, UserColumn, UserTable};
+pub use store::check_user_table_name;
 pub use store::{CommitInfo, PendingBatch, Store, DEFAULT_STORE};

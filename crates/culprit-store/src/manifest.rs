@@ -47,6 +47,69 @@ pub struct Manifest {
     pub files: Vec<DataFile>,
     pub sources: Vec<SourceRecord>,
     pub batches: Vec<BatchInfo>,
+    /// The users' own tables (metadata such as teams or SLAs): their
+    /// columns; their rows are the files whose `table` is the name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_tables: Vec<UserTable>,
+}
+
+/// A table of the users' own, stored like telemetry but with the columns
+/// its creator gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserTable {
+    pub name: String,
+    pub columns: Vec<UserColumn>,
+    /// The batch that created it (or last replaced its columns).
+    pub batch: String,
+}
+
+/// One column of a user table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserColumn {
+    pub name: String,
+    /// Arrow's name of the type (`Utf8`, `Int64`, `Timestamp(µs, "UTC")`),
+    /// which `DataType::from_str` reads back.
+    pub data_type: String,
+    pub nullable: bool,
+}
+
+impl UserTable {
+    /// A table's entry for an Arrow schema.
+    pub fn new(name: &str, schema: &arrow::datatypes::Schema, batch: &str) -> UserTable {
+        UserTable {
+            name: name.to_string(),
+            columns: schema
+                .fields()
+                .iter()
+                .map(|f| UserColumn {
+                    name: f.name().clone(),
+                    data_type: f.data_type().to_string(),
+                    nullable: f.is_nullable(),
+                })
+                .collect(),
+            batch: batch.to_string(),
+        }
+    }
+
+    /// The table's Arrow schema (every column nullable on read, as SQL
+    /// tables are); an unreadable type names the table and column.
+    pub fn schema(&self) -> Result<arrow::datatypes::SchemaRef, crate::StoreError> {
+        use std::str::FromStr;
+        let fields = self
+            .columns
+            .iter()
+            .map(|c| {
+                arrow::datatypes::DataType::from_str(&c.data_type)
+                    .map(|t| arrow::datatypes::Field::new(&c.name, t, c.nullable))
+                    .map_err(|e| crate::StoreError::UserTable {
+                        table: self.name.clone(),
+                        reason: format!("column {} has an unreadable type: {e}", c.name),
+                        code: crate::UserTableProblem::Invalid,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)))
+    }
 }
 
 impl Manifest {
@@ -60,6 +123,17 @@ impl Manifest {
     /// Rows stored in a table.
     pub fn rows_of(&self, table: Table) -> u64 {
         self.files_of(table).map(|f| f.rows).sum()
+    }
+
+    /// The user table of this name.
+    pub fn user_table(&self, name: &str) -> Option<&UserTable> {
+        self.user_tables.iter().find(|t| t.name == name)
+    }
+
+    /// The files of a user table, oldest first.
+    pub fn files_of_user(&self, name: &str) -> impl Iterator<Item = &DataFile> {
+        let name = name.to_string();
+        self.files.iter().filter(move |f| f.table == name)
     }
 
     /// The source with this key, if it was ingested.

@@ -38,6 +38,11 @@ pub fn data_file(table: Table, batch: &str, part: usize) -> String {
     format!("tables/{}/{batch}-{part:04}.parquet", table.name())
 }
 
+/// `tables/user/<name>/<batch>-<part:04>.parquet`: a user table's data.
+pub fn user_data_file(name: &str, batch: &str, part: usize) -> String {
+    format!("tables/user/{name}/{batch}-{part:04}.parquet")
+}
+
 /// An object path under the root.
 pub fn join(root: &Path, relative: &str) -> Path {
     let mut p = root.clone();

@@ -16,8 +16,8 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use url::Url;
 
-use crate::manifest::{BatchInfo, DataFile, Manifest, SourceRecord};
-use crate::{paths, Result, StoreError};
+use crate::manifest::{BatchInfo, DataFile, Manifest, SourceRecord, UserTable};
+use crate::{paths, Result, StoreError, UserTableProblem};
 
 /// The store used when none is given: a directory beside the working directory.
 pub const DEFAULT_STORE: &str = "./culprit-data";
@@ -217,6 +217,7 @@ impl Store {
             sources: Vec::new(),
             parts: BTreeMap::new(),
             task_buckets: std::collections::HashMap::new(),
+            user_changes: Vec::new(),
         }
     }
 
@@ -315,6 +316,65 @@ impl Store {
     }
 }
 
+/// A change of a user table, applied at commit.
+#[derive(Debug, Clone)]
+enum UserChange {
+    Create {
+        table: UserTable,
+        replace: bool,
+        if_not_exists: bool,
+    },
+    ReplaceRows(String),
+    Drop {
+        name: String,
+        if_exists: bool,
+    },
+    Append {
+        table: UserTable,
+    },
+}
+
+/// Checks a user table's name: lower-case letters, digits and `_`, not
+/// starting with a digit, at most 63 bytes (PostgreSQL's identifiers, as
+/// clients write them unquoted), not a telemetry table nor a reserved
+/// prefix.
+pub fn check_user_table_name(name: &str) -> Result<()> {
+    let bad = |code, reason: String| StoreError::UserTable {
+        table: name.to_string(),
+        reason,
+        code,
+    };
+    if name.parse::<Table>().is_ok() {
+        return Err(bad(
+            UserTableProblem::Telemetry,
+            "is a telemetry table: it changes only through `culprit ingest`, and cannot be \
+             created, written or dropped as a user table"
+                .into(),
+        ));
+    }
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !valid {
+        return Err(bad(
+            UserTableProblem::Invalid,
+            "is not a valid table name (lower-case letters, digits and _, not starting \
+             with a digit, at most 63 characters)"
+                .into(),
+        ));
+    }
+    if name.starts_with("pg_") || name == "task_runs" {
+        return Err(bad(
+            UserTableProblem::Invalid,
+            "is reserved (pg_ names are the catalog's; task_runs is culprit's view)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// What a commit made visible.
 #[derive(Debug, Clone)]
 pub struct CommitInfo {
@@ -330,7 +390,10 @@ pub struct PendingBatch {
     id: String,
     files: Vec<DataFile>,
     sources: Vec<SourceRecord>,
-    parts: BTreeMap<Table, usize>,
+    parts: BTreeMap<String, usize>,
+    /// What the batch does to user tables, applied to the manifest it
+    /// commits on (so a concurrent commit is checked again).
+    user_changes: Vec<UserChange>,
     /// The host bucket of every task this batch has seen, so that its
     /// window rows are written bucket by bucket.
     task_buckets: std::collections::HashMap<String, u32>,
@@ -458,10 +521,26 @@ impl PendingBatch {
         batches: &[RecordBatch],
         bucket: Option<u32>,
     ) -> Result<()> {
-        let schema = table.schema();
+        let (id, name) = (self.id.clone(), table.name());
+        self.write_parquet(name, &table.schema(), batches, bucket, |part| {
+            paths::data_file(table, &id, part)
+        })
+        .await
+    }
+
+    /// Writes rows as Parquet files of `schema` named by `path` (from the
+    /// part number), recorded under the table `name`.
+    async fn write_parquet(
+        &mut self,
+        name: &str,
+        schema: &arrow::datatypes::SchemaRef,
+        batches: &[RecordBatch],
+        bucket: Option<u32>,
+        path: impl Fn(usize) -> String,
+    ) -> Result<()> {
         let mut current: Option<(AsyncArrowWriter<BufWriter>, String, u64)> = None;
         for batch in batches.iter().filter(|b| b.num_rows() > 0) {
-            let batch = if batch.schema() == schema {
+            let batch = if batch.schema() == *schema {
                 batch.clone()
             } else {
                 RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?
@@ -469,8 +548,8 @@ impl PendingBatch {
             let mut offset = 0;
             while offset < batch.num_rows() {
                 if current.is_none() {
-                    let part = self.parts.entry(table).or_insert(0);
-                    let rel = paths::data_file(table, &self.id, *part);
+                    let part = self.parts.entry(name.to_string()).or_insert(0);
+                    let rel = path(*part);
                     *part += 1;
                     let props = WriterProperties::builder()
                         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
@@ -486,7 +565,7 @@ impl PendingBatch {
                     // Recorded at once, so that an abort removes whatever part
                     // of it reached the store, even after a failed write.
                     self.files.push(DataFile {
-                        table: table.name().to_string(),
+                        table: name.to_string(),
                         path: rel.clone(),
                         rows: 0,
                         bytes: 0,
@@ -515,6 +594,132 @@ impl PendingBatch {
             self.finish_file(w, rel, rows).await?;
         }
         Ok(())
+    }
+
+    /// Creates a user table with these columns when the batch commits.
+    /// `replace` drops a table of that name first (its rows too);
+    /// otherwise an existing one is an error at commit, or, with
+    /// `if_not_exists`, left as it is.
+    pub fn create_user_table(
+        &mut self,
+        name: &str,
+        schema: &arrow::datatypes::Schema,
+        replace: bool,
+        if_not_exists: bool,
+    ) -> Result<()> {
+        check_user_table_name(name)?;
+        self.user_changes.push(UserChange::Create {
+            table: UserTable::new(name, schema, &self.id),
+            replace,
+            if_not_exists,
+        });
+        Ok(())
+    }
+
+    /// Makes the rows this batch writes to user table `name` its only rows
+    /// when the batch commits (the table's older files are dropped).
+    pub fn replace_user_rows(&mut self, name: &str) {
+        self.user_changes.push(UserChange::ReplaceRows(name.to_string()));
+    }
+
+    /// Drops user table `name` (its rows too) when the batch commits; a
+    /// missing table is an error unless `if_exists`.
+    pub fn drop_user_table(&mut self, name: &str, if_exists: bool) -> Result<()> {
+        check_user_table_name(name)?;
+        self.user_changes.push(UserChange::Drop {
+            name: name.to_string(),
+            if_exists,
+        });
+        Ok(())
+    }
+
+    /// Writes rows to user table `name`, in `schema` (the table's, as the
+    /// caller read it from the manifest or gave it to
+    /// [`Self::create_user_table`]). The commit checks that the table
+    /// still has these columns.
+    pub async fn write_user(
+        &mut self,
+        name: &str,
+        schema: &arrow::datatypes::SchemaRef,
+        batches: &[RecordBatch],
+    ) -> Result<()> {
+        check_user_table_name(name)?;
+        self.user_changes.push(UserChange::Append {
+            table: UserTable::new(name, schema, &self.id),
+        });
+        let id = self.id.clone();
+        self.write_parquet(name, schema, batches, None, |part| {
+            paths::user_data_file(name, &id, part)
+        })
+        .await
+    }
+
+    /// Applies the batch's user-table changes to `manifest`; returns the
+    /// files no longer listed (to remove once committed).
+    fn apply_user_changes(&self, manifest: &mut Manifest) -> Result<Vec<DataFile>> {
+        let problem = |table: &str, code: UserTableProblem, reason: &str| StoreError::UserTable {
+            table: table.to_string(),
+            reason: reason.to_string(),
+            code,
+        };
+        let mut gone = Vec::new();
+        let mine = |f: &DataFile| f.batch == self.id;
+        let drop_rows = |manifest: &mut Manifest, name: &str, gone: &mut Vec<DataFile>| {
+            let (old, keep): (Vec<DataFile>, Vec<DataFile>) = std::mem::take(&mut manifest.files)
+                .into_iter()
+                .partition(|f| f.table == name && !mine(f));
+            manifest.files = keep;
+            gone.extend(old);
+        };
+        for change in &self.user_changes {
+            match change {
+                UserChange::Create {
+                    table,
+                    replace,
+                    if_not_exists,
+                } => {
+                    let exists = manifest.user_table(&table.name).is_some();
+                    if exists && *replace {
+                        drop_rows(manifest, &table.name, &mut gone);
+                        manifest.user_tables.retain(|t| t.name != table.name);
+                    } else if exists && *if_not_exists {
+                        continue;
+                    } else if exists {
+                        return Err(problem(&table.name, UserTableProblem::Exists, "already exists"));
+                    }
+                    manifest.user_tables.push(table.clone());
+                }
+                UserChange::ReplaceRows(name) => drop_rows(manifest, name, &mut gone),
+                UserChange::Drop { name, if_exists } => {
+                    if manifest.user_table(name).is_none() {
+                        if *if_exists {
+                            continue;
+                        }
+                        return Err(problem(name, UserTableProblem::Missing, "does not exist"));
+                    }
+                    drop_rows(manifest, name, &mut gone);
+                    manifest.user_tables.retain(|t| &t.name != name);
+                }
+                UserChange::Append { table } => match manifest.user_table(&table.name) {
+                    None => {
+                        return Err(problem(
+                            &table.name,
+                            UserTableProblem::Missing,
+                            "does not exist (it was dropped while rows were being written)",
+                        ))
+                    }
+                    Some(t) if t.columns != table.columns => {
+                        return Err(problem(
+                            &table.name,
+                            UserTableProblem::Invalid,
+                            "its columns changed while rows were being written",
+                        ))
+                    }
+                    Some(_) => {}
+                },
+            }
+        }
+        Ok(gone)
     }
 
     async fn finish_file(
@@ -561,6 +766,7 @@ impl PendingBatch {
             manifest.version = version;
             manifest.format = Manifest::FORMAT;
             manifest.files.extend(self.files.iter().cloned());
+            let gone = self.apply_user_changes(&mut manifest)?;
             manifest.sources.extend(
                 self.sources
                     .iter()
@@ -587,6 +793,7 @@ impl PendingBatch {
                 .await
             {
                 Ok(_) => {
+                    self.remove_unlisted(&gone).await;
                     return Ok(CommitInfo {
                         version,
                         batch: self.id.clone(),
@@ -599,6 +806,18 @@ impl PendingBatch {
             }
         }
         Err(StoreError::Conflict(COMMIT_RETRIES))
+    }
+
+    /// Removes the files a commit stopped listing (a dropped or replaced
+    /// user table's), best effort: a reader of an older manifest may still
+    /// be reading them, which then fails rather than reading wrong rows.
+    async fn remove_unlisted(&self, files: &[DataFile]) {
+        for f in files {
+            let path = self.store.path(&f.path);
+            if let Err(e) = self.store.object_store.delete(&path).await {
+                log::warn!("could not remove unlisted file {path}: {e}");
+            }
+        }
     }
 
     /// Removes the batch's files (best effort); the store stays as before.
@@ -673,6 +892,99 @@ mod tests {
         let objects: Vec<_> = store.object_store().list(None).try_collect().await.unwrap();
         assert_eq!(objects.len(), 2, "{objects:?}"); // one data file, one manifest
         assert_eq!(store.manifest().await.unwrap(), m);
+    }
+
+    fn teams(rows: &[(&str, &str)]) -> RecordBatch {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("user", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("team", arrow::datatypes::DataType::Utf8, true),
+        ]));
+        let users: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        let teams: Vec<&str> = rows.iter().map(|r| r.1).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(users)),
+                Arc::new(StringArray::from(teams)),
+            ],
+        )
+        .unwrap()
+    }
+
+    async fn user_rows(store: &Store, name: &str) -> Vec<String> {
+        let m = store.manifest().await.unwrap();
+        let mut out = Vec::new();
+        for f in m.files_of_user(name) {
+            let bytes = store.fetch(f).await.unwrap();
+            for b in store.decode(f, bytes, None).unwrap() {
+                let b = b.unwrap();
+                let users = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+                out.extend(users.iter().map(|u| u.unwrap().to_string()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[tokio::test]
+    async fn user_tables_are_created_appended_replaced_and_dropped() {
+        let store = Store::open("memory://").unwrap();
+        let first = teams(&[("ana", "etl"), ("bo", "bi")]);
+        let schema = first.schema();
+        let mut b = store.begin();
+        b.create_user_table("teams", &schema, false, false).unwrap();
+        b.write_user("teams", &schema, &[first]).await.unwrap();
+        b.commit().await.unwrap();
+        assert_eq!(user_rows(&store, "teams").await, ["ana", "bo"]);
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.user_table("teams").unwrap().schema().unwrap(), schema);
+        assert!(m.files_of_user("teams").all(|f| f.path.starts_with("tables/user/teams/")));
+
+        // Append.
+        let mut b = store.begin();
+        b.write_user("teams", &schema, &[teams(&[("cy", "ops")])]).await.unwrap();
+        b.commit().await.unwrap();
+        assert_eq!(user_rows(&store, "teams").await, ["ana", "bo", "cy"]);
+
+        // Creating it again fails and changes nothing; IF NOT EXISTS is a no-op.
+        let mut b = store.begin();
+        b.create_user_table("teams", &schema, false, false).unwrap();
+        b.write_user("teams", &schema, &[teams(&[("dx", "x")])]).await.unwrap();
+        let e = b.commit().await.unwrap_err();
+        assert!(matches!(e, StoreError::UserTable { code: UserTableProblem::Exists, .. }), "{e}");
+        assert_eq!(user_rows(&store, "teams").await, ["ana", "bo", "cy"]);
+
+        // Replace: only the new rows, and the old files are gone.
+        let old: Vec<String> = store.manifest().await.unwrap().files_of_user("teams").map(|f| f.path.clone()).collect();
+        let mut b = store.begin();
+        b.replace_user_rows("teams");
+        b.write_user("teams", &schema, &[teams(&[("ed", "etl")])]).await.unwrap();
+        b.commit().await.unwrap();
+        assert_eq!(user_rows(&store, "teams").await, ["ed"]);
+        for p in old {
+            assert!(store.object_store().head(&store.path(&p)).await.is_err(), "{p} remains");
+        }
+
+        // Drop; a second drop fails unless IF EXISTS.
+        let mut b = store.begin();
+        b.drop_user_table("teams", false).unwrap();
+        b.commit().await.unwrap();
+        let m = store.manifest().await.unwrap();
+        assert!(m.user_table("teams").is_none() && m.files_of_user("teams").next().is_none());
+        let mut b = store.begin();
+        b.drop_user_table("teams", false).unwrap();
+        assert!(matches!(b.commit().await.unwrap_err(), StoreError::UserTable { code: UserTableProblem::Missing, .. }));
+        let mut b = store.begin();
+        b.drop_user_table("teams", true).unwrap();
+        b.commit().await.unwrap();
+
+        // Names: telemetry and invalid ones are refused at once.
+        let mut b = store.begin();
+        let e = b.create_user_table("tasks", &schema, false, false).unwrap_err();
+        assert!(e.to_string().contains("telemetry"), "{e}");
+        for bad in ["Teams", "1x", "a-b", "pg_x", ""] {
+            assert!(b.create_user_table(bad, &schema, false, false).is_err(), "{bad}");
+        }
     }
 
     #[tokio::test]

@@ -1,0 +1,410 @@
+//! The users' own tables (teams, cost centres, SLAs): stored in the store
+//! like telemetry (Parquet files a manifest lists, one atomic commit per
+//! statement), with the columns their creator gave them, visible to every
+//! session and after a restart.
+//!
+//! A session learns them from the newest manifest ([`sync`], run before
+//! every statement is planned), so a table another session created or
+//! dropped is there, or gone, at the next statement. Rows are written by
+//! DataFusion's own `INSERT` path ([`UserTable::insert_into`]); `CREATE
+//! TABLE` and `DROP TABLE` are turned into store commits by
+//! [`run_user_ddl`]. Telemetry tables are not user tables: they change
+//! only through `culprit ingest`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use culprit_core::Table;
+use culprit_store::{Store, StoreError, UserTableProblem};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DataFusionError, Result, TableReference};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{
+    CreateMemoryTable, DdlStatement, DropTable, Expr, LogicalPlan, TableProviderFilterPushDown,
+    TableType,
+};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+
+/// Rows buffered before they are written as part of a Parquet file.
+const ROWS_PER_WRITE: usize = 64 * 1024;
+
+fn store_error(e: StoreError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// One user table of the store.
+#[derive(Debug)]
+pub struct UserTable {
+    store: Store,
+    name: String,
+    schema: SchemaRef,
+}
+
+impl UserTable {
+    pub fn new(store: Store, name: &str, schema: SchemaRef) -> UserTable {
+        UserTable {
+            store,
+            name: name.to_string(),
+            schema,
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for UserTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let manifest = self.store.manifest().await.map_err(store_error)?;
+        let urls = manifest
+            .files_of_user(&self.name)
+            .map(|f| ListingTableUrl::parse(self.store.file_url(&f.path)))
+            .collect::<Result<Vec<_>>>()?;
+        if urls.is_empty() {
+            let schema = match projection {
+                Some(p) => Arc::new(self.schema.project(p)?),
+                None => self.schema.clone(),
+            };
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .with_schema(self.schema.clone());
+        ListingTable::try_new(config)?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let sink = UserSink {
+            store: self.store.clone(),
+            name: self.name.clone(),
+            schema: self.schema.clone(),
+            replace: !matches!(insert_op, InsertOp::Append),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+
+    async fn truncate(&self, _state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        let sink = UserSink {
+            store: self.store.clone(),
+            name: self.name.clone(),
+            schema: self.schema.clone(),
+            replace: true,
+        };
+        let nothing = Arc::new(EmptyExec::new(self.schema.clone()));
+        Ok(Arc::new(DataSinkExec::new(nothing, Arc::new(sink), None)))
+    }
+}
+
+/// Writes an `INSERT`'s rows to a user table, committed at the end.
+#[derive(Debug)]
+struct UserSink {
+    store: Store,
+    name: String,
+    schema: SchemaRef,
+    /// The rows replace the table's (`INSERT OVERWRITE`, `TRUNCATE`).
+    replace: bool,
+}
+
+impl DisplayAs for UserSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "UserSink: table={}", self.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for UserSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> Result<u64> {
+        let mut batch = self.store.begin();
+        if self.replace {
+            batch.replace_user_rows(&self.name);
+        }
+        let written = write_stream(&mut batch, &self.name, &self.schema, data).await;
+        match written {
+            Ok(rows) => {
+                batch.commit().await.map_err(store_error)?;
+                Ok(rows)
+            }
+            Err(e) => {
+                batch.abort().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Writes a stream of rows to user table `name` of the pending batch, a
+/// bounded number of rows at a time; returns how many.
+pub async fn write_stream(
+    batch: &mut culprit_store::PendingBatch,
+    name: &str,
+    schema: &SchemaRef,
+    mut data: SendableRecordBatchStream,
+) -> Result<u64> {
+    let mut pending: Vec<RecordBatch> = Vec::new();
+    let (mut buffered, mut rows) = (0usize, 0u64);
+    // A table with no rows yet still gets its commit (an empty append).
+    batch
+        .write_user(name, schema, &[])
+        .await
+        .map_err(store_error)?;
+    while let Some(next) = data.next().await {
+        let next = next?;
+        buffered += next.num_rows();
+        rows += next.num_rows() as u64;
+        pending.push(next);
+        if buffered >= ROWS_PER_WRITE {
+            batch
+                .write_user(name, schema, &std::mem::take(&mut pending))
+                .await
+                .map_err(store_error)?;
+            buffered = 0;
+        }
+    }
+    batch
+        .write_user(name, schema, &pending)
+        .await
+        .map_err(store_error)?;
+    Ok(rows)
+}
+
+/// Brings the session's user tables up to the store's newest manifest:
+/// new ones registered, dropped ones removed, changed ones replaced. A
+/// session table or view of the same name (only `TEMPORARY` ones can be
+/// made) is left alone.
+pub async fn sync(ctx: &SessionContext, store: &Store) -> Result<()> {
+    let manifest = store.manifest().await.map_err(store_error)?;
+    let Some(schema) = ctx
+        .catalog("datafusion")
+        .and_then(|c| c.schema("public"))
+    else {
+        return Ok(());
+    };
+    for name in schema.table_names() {
+        let Some(current) = schema.table(&name).await? else {
+            continue;
+        };
+        let Some(mine) = current.downcast_ref::<UserTable>() else {
+            continue;
+        };
+        let stored = manifest
+            .user_table(&name)
+            .map(|t| t.schema())
+            .transpose()
+            .map_err(store_error)?;
+        if stored.as_ref() != Some(&mine.schema) {
+            schema.deregister_table(&name)?;
+        }
+    }
+    for table in &manifest.user_tables {
+        if schema.table_exist(&table.name) {
+            continue;
+        }
+        let provider = UserTable::new(store.clone(), &table.name, table.schema().map_err(store_error)?);
+        schema.register_table(table.name.clone(), Arc::new(provider))?;
+    }
+    Ok(())
+}
+
+/// What a user-table DDL statement did, for its command tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DdlDone {
+    /// `CREATE TABLE` with the rows its query gave (`SELECT n` in
+    /// PostgreSQL's tags for `CREATE TABLE ... AS`), `None` for a table
+    /// declared with columns.
+    Created(Option<u64>),
+    Dropped,
+}
+
+/// The bare name of a table in the session's schema, or `None` when the
+/// reference names another catalog or schema.
+fn bare_name(name: &TableReference) -> Option<&str> {
+    let schema_ok = name.schema().is_none_or(|s| s == "public");
+    let catalog_ok = name.catalog().is_none_or(|c| c == "datafusion");
+    (schema_ok && catalog_ok).then(|| name.table())
+}
+
+fn telemetry(name: &str) -> DataFusionError {
+    store_error(StoreError::UserTable {
+        table: name.to_string(),
+        reason: "is a telemetry table: it changes only through `culprit ingest`".into(),
+        code: UserTableProblem::Telemetry,
+    })
+}
+
+/// Runs `CREATE TABLE` (declared or `AS` a query) and `DROP TABLE` of user
+/// tables as store commits. `None` for other plans, and for what stays in
+/// the session: `TEMPORARY` tables, views, and tables of other schemas.
+pub async fn run_user_ddl(
+    ctx: &SessionContext,
+    store: &Store,
+    plan: &LogicalPlan,
+) -> Option<Result<DdlDone>> {
+    match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if !create.temporary => {
+            let name = bare_name(&create.name)?;
+            Some(create_table(ctx, store, name, create).await)
+        }
+        LogicalPlan::Ddl(DdlStatement::DropTable(DropTable {
+            name, if_exists, ..
+        })) => {
+            let name = bare_name(name)?;
+            if name.parse::<Table>().is_ok() {
+                return Some(Err(telemetry(name)));
+            }
+            let manifest = match store.manifest().await {
+                Ok(m) => m,
+                Err(e) => return Some(Err(store_error(e))),
+            };
+            if manifest.user_table(name).is_none() && ctx.table_exist(name).unwrap_or(false) {
+                // A temporary table or a view of the session.
+                return None;
+            }
+            Some(drop_table(ctx, store, name, *if_exists).await)
+        }
+        _ => None,
+    }
+}
+
+async fn create_table(
+    ctx: &SessionContext,
+    store: &Store,
+    name: &str,
+    create: &CreateMemoryTable,
+) -> Result<DdlDone> {
+    let manifest = store.manifest().await.map_err(store_error)?;
+    if create.if_not_exists && manifest.user_table(name).is_some() {
+        return Ok(DdlDone::Created(None));
+    }
+    let declared = matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(_));
+    let arrow: &Schema = create.input.schema().as_arrow();
+    // Declared columns keep their NOT NULL; a query's columns are nullable,
+    // as PostgreSQL makes them.
+    let fields: Vec<Field> = arrow
+        .fields()
+        .iter()
+        .map(|f| {
+            let f = f.as_ref().clone();
+            if declared {
+                f
+            } else {
+                f.with_nullable(true)
+            }
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let mut batch = store.begin();
+    batch
+        .create_user_table(name, &schema, create.or_replace, create.if_not_exists)
+        .map_err(store_error)?;
+    let rows = if declared {
+        batch
+            .write_user(name, &schema, &[])
+            .await
+            .map_err(store_error)
+            .map(|_| None)
+    } else {
+        match ctx
+            .execute_logical_plan(create.input.as_ref().clone())
+            .await
+        {
+            Ok(df) => match df.execute_stream().await {
+                Ok(stream) => write_stream(&mut batch, name, &schema, stream)
+                    .await
+                    .map(Some),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    };
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            batch.abort().await;
+            return Err(e);
+        }
+    };
+    batch.commit().await.map_err(store_error)?;
+    sync(ctx, store).await?;
+    Ok(DdlDone::Created(rows))
+}
+
+async fn drop_table(
+    ctx: &SessionContext,
+    store: &Store,
+    name: &str,
+    if_exists: bool,
+) -> Result<DdlDone> {
+    let mut batch = store.begin();
+    batch
+        .drop_user_table(name, if_exists)
+        .map_err(store_error)?;
+    batch.commit().await.map_err(store_error)?;
+    sync(ctx, store).await?;
+    Ok(DdlDone::Dropped)
+}
+
+/// The schema of user table `name` as the session knows it, if it is one.
+pub async fn user_table_schema(ctx: &SessionContext, name: &str) -> Option<SchemaRef> {
+    let provider = ctx.table_provider(name).await.ok()?;
+    let table = provider.downcast_ref::<UserTable>()?;
+    Some(table.schema.clone())
+}
+
+/// Runs one SQL text outside the server (`culprit sql`): user-table DDL as
+/// store commits, the rest by DataFusion; the rows of its result.
+pub async fn run_sql(ctx: &SessionContext, store: &Store, sql: &str) -> Result<Vec<RecordBatch>> {
+    sync(ctx, store).await?;
+    let plan = ctx.state().create_logical_plan(sql).await?;
+    if let Some(done) = run_user_ddl(ctx, store, &plan).await {
+        done?;
+        return Ok(vec![]);
+    }
+    ctx.execute_logical_plan(plan).await?.collect().await
+}
