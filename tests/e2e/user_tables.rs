@@ -963,7 +963,109 @@ async fn ingest_table_from_the_shell() {
         );
     }
 
+    // A CSV with its columns in another order appends by the header's
+    // names; a header naming an unknown column is refused, naming it.
+    let reordered = dir.join("reordered.csv");
+    std::fs::write(&reordered, "seats,team,cost_centre,user\n4,ops,cc-9,zed\n").unwrap();
+    run_ok(&[
+        "ingest",
+        "--store",
+        &store,
+        "--table",
+        "teams",
+        reordered.to_str().unwrap(),
+    ]);
+    let with_zed: Vec<Vec<String>> = csv_rows
+        .iter()
+        .cloned()
+        .chain(strings(&[["zed", "ops", "cc-9", "4"]]))
+        .collect();
+    assert_teams(
+        "a reordered CSV appends by name",
+        &teams_now(&store).await,
+        &with_zed,
+    );
+    let unknown = dir.join("unknown.csv");
+    std::fs::write(&unknown, "user,team,budget\nyan,x,1\n").unwrap();
+    let out = run(&[
+        "ingest",
+        "--store",
+        &store,
+        "--table",
+        "teams",
+        unknown.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("unknown.csv") && stderr.contains("budget"),
+        "an unknown column: {stderr}"
+    );
+    // --schema is for a new table (or with --replace), never silently ignored.
+    let out = run(&[
+        "ingest",
+        "--store",
+        &store,
+        "--table",
+        "teams",
+        "--schema",
+        "user text",
+        &csv_s,
+    ]);
+    assert!(
+        !out.status.success(),
+        "--schema on an existing table was accepted"
+    );
+    assert_teams(
+        "after the refused loads",
+        &teams_now(&store).await,
+        &with_zed,
+    );
+
+    // Parquet, and a given schema: the generator's own queries file as a
+    // user table has the rows of the telemetry table loaded from it.
+    let parquet = dir.join("in/queries.parquet");
+    let stdout = run_ok(&[
+        "ingest",
+        "--store",
+        &store,
+        "--table",
+        "query_copy",
+        parquet.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("created the table"), "{stdout}");
+    let typed = dir.join("typed.csv");
+    std::fs::write(&typed, "query_id,seconds\nq-victim,1.5\nq-culprit,2\n").unwrap();
+    run_ok(&[
+        "ingest",
+        "--store",
+        &store,
+        "--table",
+        "slas",
+        "--schema",
+        "query_id text, seconds double precision",
+        typed.to_str().unwrap(),
+    ]);
+
     // The telemetry is untouched.
     let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
     assert_eq!(count(addr, None, "SELECT count(*) FROM tasks"), ntasks);
+    let mismatch = count(
+        addr,
+        None,
+        "SELECT count(*) FROM (SELECT query_id, \"user\", pool FROM query_copy \
+         EXCEPT SELECT query_id, \"user\", pool FROM queries) d",
+    );
+    assert_eq!(mismatch, 0, "query_copy rows that are not in queries");
+    assert_eq!(
+        count(addr, None, "SELECT count(*) FROM query_copy"),
+        count(addr, None, "SELECT count(*) FROM queries")
+    );
+    assert_eq!(
+        rows(
+            addr,
+            None,
+            "SELECT sum(seconds) FROM slas WHERE seconds > 1"
+        ),
+        vec![vec!["3.5".to_string()]]
+    );
 }

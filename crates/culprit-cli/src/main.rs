@@ -92,7 +92,8 @@ enum UserCommand {
         /// The users file (created with mode 600 if missing).
         #[arg(long, env = "CULPRIT_USERS")]
         users: std::path::PathBuf,
-        /// `read` (queries only) or `write` (also DDL/DML on session objects).
+        /// `read` (queries, COPY TO) or `write` (also the users' own tables: CREATE TABLE,
+        /// INSERT, COPY FROM STDIN, DROP TABLE; and session views).
         #[arg(long, default_value = "read", value_parser = ["read", "write"])]
         role: String,
         /// 1 to 63 characters, no ':', whitespace or control characters.
@@ -243,14 +244,26 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                         return Err("--watch follows telemetry; load a user table without it".into())
                     }
                     Err(_) => {
-                        let schema = schema.as_deref().map(culprit_ingest::parse_schema).transpose()?;
-                        let report = culprit_ingest::ingest_user_table(&store, &name, &paths, replace, schema).await?;
+                        let schema = schema
+                            .as_deref()
+                            .map(culprit_ingest::parse_schema)
+                            .transpose()?;
+                        let report = culprit_ingest::ingest_user_table(
+                            &store, &name, &paths, replace, schema,
+                        )
+                        .await?;
                         println!(
-                            "table {}: {} rows from {} files {} ({} columns; store version {})",
+                            "table {}: {} rows from {} files, {} ({} columns; store version {})",
                             report.table,
                             report.rows,
                             report.files,
-                            if report.replaced { "replaced its rows" } else { "appended" },
+                            if report.created {
+                                "created the table"
+                            } else if report.replaced {
+                                "replaced its rows"
+                            } else {
+                                "appended"
+                            },
                             report.schema.fields().len(),
                             report.version
                         );

@@ -4,12 +4,15 @@
 //! must run inside one (a blocking thread of it is right).
 
 use culprit_core::method::{
-    self, usecases, BlameOptions, CriticalPath, IqcGraph, Level4, StageRatp, Victims,
+    self, usecases, BlameOptions, CriticalPath, IqcGraph, Level4, Micros, StageRatp, Victims,
 };
 use culprit_core::{MethodError, Resource};
 
 use crate::engine::Snapshot;
 use crate::error::Error;
+
+/// An analysis of each window of a series: `((from, to), result)`.
+pub type Series<T> = Vec<((Micros, Micros), T)>;
 
 /// The level-4 blame of an analysis and the victims it explained.
 #[derive(Debug)]
@@ -90,6 +93,46 @@ impl Snapshot {
             &b.level4,
             method::window(opts),
         ))
+    }
+
+    /// `culprits` of each window of a series (`series_windows` of the
+    /// options' `from` and `to`): one snapshot for all of them, each window
+    /// analysed as a call with that window is.
+    pub fn culprits_series(
+        &self,
+        opts: &BlameOptions,
+        step: Micros,
+    ) -> Result<Series<Vec<usecases::CulpritRow>>, Error> {
+        self.series(opts, step, |o| self.culprits(o))
+    }
+
+    /// `aggressive_queries` of each window of a series.
+    pub fn aggressive_queries_series(
+        &self,
+        opts: &BlameOptions,
+        step: Micros,
+    ) -> Result<Series<Vec<usecases::Aggressor>>, Error> {
+        self.series(opts, step, |o| self.aggressive_queries(o))
+    }
+
+    fn series<T>(
+        &self,
+        opts: &BlameOptions,
+        step: Micros,
+        each: impl Fn(&BlameOptions) -> Result<T, Error>,
+    ) -> Result<Series<T>, Error> {
+        let (from, to) = method::window(opts);
+        method::series_windows(from, to, step)?
+            .into_iter()
+            .map(|(start, end)| {
+                let o = BlameOptions {
+                    from: Some(start),
+                    to: Some(end),
+                    ..opts.clone()
+                };
+                Ok(((start, end), each(&o)?))
+            })
+            .collect()
     }
 
     /// The critical path of `query` (section 8).

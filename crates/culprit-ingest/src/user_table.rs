@@ -29,6 +29,8 @@ pub struct UserTableReport {
     /// The table's columns after the load.
     pub schema: SchemaRef,
     pub replaced: bool,
+    /// The load created the table.
+    pub created: bool,
     pub version: u64,
 }
 
@@ -67,8 +69,12 @@ pub fn parse_schema(text: &str) -> Result<SchemaRef> {
         let (name, ty) = part
             .split_once(char::is_whitespace)
             .ok_or_else(|| source_err("--schema", format!("'{part}' is not 'name type'")))?;
-        let ty = sql_type(ty.trim())
-            .ok_or_else(|| source_err("--schema", format!("unknown type '{}' of column {name}", ty.trim())))?;
+        let ty = sql_type(ty.trim()).ok_or_else(|| {
+            source_err(
+                "--schema",
+                format!("unknown type '{}' of column {name}", ty.trim()),
+            )
+        })?;
         fields.push(Field::new(name.trim_matches('"'), ty, true));
     }
     if fields.is_empty() {
@@ -151,13 +157,39 @@ fn read(
     let mut file = open(path)?;
     Ok(match kind {
         Kind::Csv => {
+            // Columns by the header's names, in whatever order the file has them.
+            let header: Vec<String> = csv::Reader::from_reader(&mut file)
+                .headers()
+                .map_err(|e| source_err(path, e))?
+                .iter()
+                .map(|h| h.trim().to_string())
+                .collect();
+            let file_schema = Arc::new(Schema::new(
+                header
+                    .iter()
+                    .map(|h| match schema.field_with_name(h) {
+                        Ok(f) => Ok(f.clone()),
+                        Err(_) => Err(source_err(
+                            path,
+                            format!(
+                                "line 1: column '{h}' is not a column of the table ({})",
+                                names(schema)
+                            ),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ));
             file.rewind().map_err(|e| source_err(path, e))?;
-            let reader = arrow::csv::ReaderBuilder::new(schema.clone())
+            let reader = arrow::csv::ReaderBuilder::new(file_schema)
                 .with_header(true)
                 .with_batch_size(BATCH_ROWS)
                 .build(file)
                 .map_err(|e| source_err(path, e))?;
-            Box::new(reader.map(move |b| b.map_err(|e| source_err(&p, e))))
+            let schema = schema.clone();
+            Box::new(reader.map(move |b| {
+                let b = b.map_err(|e| source_err(&p, e))?;
+                conform(&p, &b, &schema)
+            }))
         }
         Kind::JsonLines => {
             let reader = arrow::json::ReaderBuilder::new(schema.clone())
@@ -182,7 +214,16 @@ fn read(
     })
 }
 
-/// A Parquet file's batch in the table's columns (matched by name, cast).
+fn names(schema: &SchemaRef) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A file's batch in the table's columns (matched by name, cast).
 fn conform(path: &str, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     let strict = CastOptions {
         safe: false,
@@ -192,10 +233,12 @@ fn conform(path: &str, batch: &RecordBatch, schema: &SchemaRef) -> Result<Record
         .fields()
         .iter()
         .map(|f| match batch.column_by_name(f.name()) {
-            None => Ok(arrow::array::new_null_array(f.data_type(), batch.num_rows())),
-            Some(c) => cast_with_options(c, f.data_type(), &strict).map_err(|e| {
-                source_err(path, format!("column {}: {e}", f.name()))
-            }),
+            None => Ok(arrow::array::new_null_array(
+                f.data_type(),
+                batch.num_rows(),
+            )),
+            Some(c) => cast_with_options(c, f.data_type(), &strict)
+                .map_err(|e| source_err(path, format!("column {}: {e}", f.name()))),
         })
         .collect::<Result<Vec<_>>>()?;
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| source_err(path, e))
@@ -212,15 +255,20 @@ pub async fn ingest_user_table(
     schema: Option<SchemaRef>,
 ) -> Result<UserTableReport> {
     check_user_table_name(name)?;
-    let kinds = paths
-        .iter()
-        .map(|p| kind(p))
-        .collect::<Result<Vec<_>>>()?;
+    let kinds = paths.iter().map(|p| kind(p)).collect::<Result<Vec<_>>>()?;
     let manifest = store.manifest().await?;
     let existing = match manifest.user_table(name) {
         Some(t) if !replace => Some(t.schema()?),
         _ => None,
     };
+    if existing.is_some() && schema.is_some() {
+        return Err(source_err(
+            name,
+            "the table exists: its columns stay as they are (--schema is for a new \
+             table, or with --replace)",
+        ));
+    }
+    let created = manifest.user_table(name).is_none();
     let mut batch = store.begin();
     let schema = match (existing, schema) {
         (Some(existing), _) => existing,
@@ -257,6 +305,7 @@ pub async fn ingest_user_table(
         files: paths.len(),
         schema,
         replaced: replace,
+        created,
         version: info.version,
     })
 }

@@ -44,6 +44,9 @@ use crate::sqlstate;
 /// Bytes of `COPY FROM STDIN` data held before the complete rows among
 /// them are parsed and written.
 const COPY_IN_CHUNK: usize = 4 << 20;
+/// The longest one row may be (a CSV quote left open would otherwise hold
+/// the rest of the data in memory).
+const MAX_ROW_BYTES: usize = 64 << 20;
 
 fn error(code: &str, message: impl Into<String>) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -94,7 +97,9 @@ impl CopyOptions {
                         other => {
                             return Err(error(
                                 sqlstate::INVALID_PARAMETER_VALUE,
-                                format!("COPY format \"{other}\" not recognized (text, csv or binary)"),
+                                format!(
+                                    "COPY format \"{other}\" not recognized (text, csv or binary)"
+                                ),
                             ))
                         }
                     }
@@ -105,7 +110,8 @@ impl CopyOptions {
                 CopyOption::Quote(q) => quote = Some(*q),
                 CopyOption::Escape(e) => escape = Some(*e),
                 CopyOption::ForceQuote(cols) => force_quote = Some(names(cols)),
-                CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+                CopyOption::Encoding(e)
+                    if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
                 CopyOption::Freeze(_) => {}
                 other => {
                     return Err(error(
@@ -128,7 +134,9 @@ impl CopyOptions {
                             CopyLegacyCsvOption::Header => header = true,
                             CopyLegacyCsvOption::Quote(q) => quote = Some(*q),
                             CopyLegacyCsvOption::Escape(e) => escape = Some(*e),
-                            CopyLegacyCsvOption::ForceQuote(cols) => force_quote = Some(names(cols)),
+                            CopyLegacyCsvOption::ForceQuote(cols) => {
+                                force_quote = Some(names(cols))
+                            }
                             CopyLegacyCsvOption::ForceNotNull(_) => {}
                         }
                     }
@@ -159,9 +167,8 @@ impl CopyOptions {
             format,
             header,
             delimiter,
-            null: null.unwrap_or_else(|| {
-                if format == CopyFormat::Csv { "" } else { "\\N" }.to_string()
-            }),
+            null: null
+                .unwrap_or_else(|| if format == CopyFormat::Csv { "" } else { "\\N" }.to_string()),
             quote,
             escape: escape.unwrap_or(quote),
             force_quote,
@@ -311,7 +318,8 @@ pub async fn copy_out(df: DataFrame, options: &CopyOptions) -> PgWireResult<Resp
         for row in 0..batch.num_rows() {
             for (col, field) in fields.iter().enumerate() {
                 let arrow_field = batch.schema_ref().field(col).clone();
-                if let Err(e) = encode_value(&mut encoder, batch.column(col), row, &arrow_field, field)
+                if let Err(e) =
+                    encode_value(&mut encoder, batch.column(col), row, &arrow_field, field)
                 {
                     out.push(Err(e));
                     return out;
@@ -336,7 +344,10 @@ pub async fn copy_out(df: DataFrame, options: &CopyOptions) -> PgWireResult<Resp
             let encoded = match batch {
                 Ok(batch) => match encode.lock() {
                     Ok(mut encode) => encode(batch),
-                    Err(_) => vec![Err(error(sqlstate::INTERNAL_ERROR, "COPY encoder poisoned"))],
+                    Err(_) => vec![Err(error(
+                        sqlstate::INTERNAL_ERROR,
+                        "COPY encoder poisoned",
+                    ))],
                 },
                 Err(e) => vec![Err(PgWireError::ApiError(Box::new(e)))],
             };
@@ -371,6 +382,8 @@ pub struct CopyIn {
     rows: u64,
     /// The end-of-data marker `\.` was seen.
     ended: bool,
+    /// Parse again once this many bytes are pending.
+    parse_at: usize,
 }
 
 impl CopyIn {
@@ -398,7 +411,10 @@ impl CopyIn {
                     schema.index_of(&c.value).map_err(|_| {
                         error(
                             sqlstate::UNDEFINED_COLUMN,
-                            format!("column \"{}\" of relation \"{table}\" does not exist", c.value),
+                            format!(
+                                "column \"{}\" of relation \"{table}\" does not exist",
+                                c.value
+                            ),
                         )
                     })
                 })
@@ -415,6 +431,7 @@ impl CopyIn {
             line: 1,
             rows: 0,
             ended: false,
+            parse_at: COPY_IN_CHUNK,
         })
     }
 
@@ -437,8 +454,19 @@ impl CopyIn {
     /// is held.
     pub async fn data(&mut self, bytes: &[u8]) -> PgWireResult<()> {
         self.pending.extend_from_slice(bytes);
-        if self.pending.len() >= COPY_IN_CHUNK {
+        if self.pending.len() >= self.parse_at {
             self.parse(false).await?;
+            if self.pending.len() > MAX_ROW_BYTES {
+                return Err(self.bad(
+                    self.line,
+                    format!(
+                        "a row longer than {} MiB (a CSV quote left open?)",
+                        MAX_ROW_BYTES >> 20
+                    ),
+                ));
+            }
+            // A long row waits for a whole chunk more, not one message.
+            self.parse_at = self.pending.len() + COPY_IN_CHUNK;
         }
         Ok(())
     }
@@ -450,10 +478,11 @@ impl CopyIn {
             return Err(e);
         }
         let rows = self.rows;
-        self.batch
-            .commit()
-            .await
-            .map_err(|e| PgWireError::ApiError(Box::new(datafusion::error::DataFusionError::External(Box::new(e)))))?;
+        self.batch.commit().await.map_err(|e| {
+            PgWireError::ApiError(Box::new(datafusion::error::DataFusionError::External(
+                Box::new(e),
+            )))
+        })?;
         Ok(rows)
     }
 
@@ -501,11 +530,7 @@ impl CopyIn {
             if fields.len() != self.targets.len() {
                 return Err(self.bad(
                     line,
-                    format!(
-                        "{} columns, expected {}",
-                        fields.len(),
-                        self.targets.len()
-                    ),
+                    format!("{} columns, expected {}", fields.len(), self.targets.len()),
                 ));
             }
             for (column, value) in values.iter_mut().zip(fields) {
@@ -522,12 +547,20 @@ impl CopyIn {
         self.batch
             .write_user(&table, &schema, &[batch])
             .await
-            .map_err(|e| PgWireError::ApiError(Box::new(datafusion::error::DataFusionError::External(Box::new(e)))))
+            .map_err(|e| {
+                PgWireError::ApiError(Box::new(datafusion::error::DataFusionError::External(
+                    Box::new(e),
+                )))
+            })
     }
 
     /// The parsed text values as the table's types; a value that does not
     /// convert names its line.
-    fn to_batch(&self, values: Vec<Vec<Option<String>>>, lines: &[usize]) -> PgWireResult<RecordBatch> {
+    fn to_batch(
+        &self,
+        values: Vec<Vec<Option<String>>>,
+        lines: &[usize],
+    ) -> PgWireResult<RecordBatch> {
         let rows = lines.len();
         let mut columns: Vec<ArrayRef> = self
             .schema
@@ -651,7 +684,11 @@ fn split_csv(bytes: &[u8], options: &CopyOptions, at_end: bool) -> (Vec<(Vec<u8>
 /// One CSV record's fields: an unquoted value equal to the NULL text is
 /// NULL; a quoted one never is.
 fn parse_csv_record(record: &[u8], options: &CopyOptions) -> Result<Vec<Option<String>>, String> {
-    let (delimiter, quote, escape) = (options.delimiter as u8, options.quote as u8, options.escape as u8);
+    let (delimiter, quote, escape) = (
+        options.delimiter as u8,
+        options.quote as u8,
+        options.escape as u8,
+    );
     let mut fields = Vec::new();
     let mut value: Vec<u8> = Vec::new();
     let (mut quoted, mut in_quotes) = (false, false);
@@ -721,9 +758,9 @@ fn parse_text_record(record: &[u8], options: &CopyOptions) -> Result<Vec<Option<
                 i += 1;
             }
         }
-        fields.push(Some(
-            String::from_utf8(value).map_err(|_| "invalid byte sequence for encoding UTF8".to_string())?,
-        ));
+        fields.push(Some(String::from_utf8(value).map_err(|_| {
+            "invalid byte sequence for encoding UTF8".to_string()
+        })?));
     }
     Ok(fields)
 }
@@ -748,7 +785,10 @@ impl CopyHandler for CopyIns {
                 // Failed already: the rest of the data is dropped.
                 return Ok(());
             }
-            return Err(error(sqlstate::PROTOCOL_VIOLATION, "COPY data without a COPY FROM STDIN"));
+            return Err(error(
+                sqlstate::PROTOCOL_VIOLATION,
+                "COPY data without a COPY FROM STDIN",
+            ));
         };
         if let Err(e) = copy.data(&copy_data.data).await {
             if let Some(copy) = slot.take() {
@@ -772,7 +812,10 @@ impl CopyHandler for CopyIns {
             return Err(stored_error(failed));
         }
         let Some(copy) = copy else {
-            return Err(error(sqlstate::PROTOCOL_VIOLATION, "COPY done without a COPY FROM STDIN"));
+            return Err(error(
+                sqlstate::PROTOCOL_VIOLATION,
+                "COPY done without a COPY FROM STDIN",
+            ));
         };
         let rows = copy.finish().await?;
         let tag = Tag::new("COPY").with_rows(rows as usize);
@@ -865,7 +908,7 @@ mod tests {
         let text = CopyOptions::of(&[], &[]).unwrap();
         assert_eq!(text.delimiter, '\t');
         let (records, used) = split_text(b"a\\tb\t\\N\r\nc\t\\\\\n", false);
-        assert_eq!(used, 15);
+        assert_eq!(used, 14);
         assert_eq!(
             parse_text_record(&records[0].0, &text).unwrap(),
             vec![Some("a\tb".into()), None]
@@ -886,7 +929,10 @@ mod tests {
         assert!(legacy.format == CopyFormat::Csv && legacy.header && legacy.null.is_empty());
         assert!(CopyOptions::of(&[CopyOption::Format(Ident::new("xml"))], &[]).is_err());
         assert!(CopyOptions::of(
-            &[CopyOption::Format(Ident::new("binary")), CopyOption::Header(true)],
+            &[
+                CopyOption::Format(Ident::new("binary")),
+                CopyOption::Header(true)
+            ],
             &[]
         )
         .is_err());

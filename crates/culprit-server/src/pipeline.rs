@@ -41,8 +41,8 @@ use datafusion::sql::sqlparser::ast::CopyTarget;
 
 use crate::copy::{self, CopyIn, CopyOptions, Slot};
 use crate::hooks::SessionHooks;
-use crate::sqlstate;
 use crate::parameters::{self, Values};
+use crate::sqlstate;
 
 /// A statement the gate admitted, with how far it is planned. The extended
 /// protocol stores it as its prepared statement.

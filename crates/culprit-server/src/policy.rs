@@ -534,14 +534,20 @@ mod tests {
     fn copy_to_the_client_is_a_read_and_from_it_a_write() {
         assert_eq!(verdict("COPY tasks TO STDOUT", Role::Read), Ok(()));
         assert_eq!(
-            verdict("COPY (SELECT * FROM culprits('q')) TO STDOUT WITH CSV HEADER", Role::Read),
+            verdict(
+                "COPY (SELECT * FROM culprits('q')) TO STDOUT WITH CSV HEADER",
+                Role::Read
+            ),
             Ok(())
         );
         assert_eq!(verdict("COPY teams FROM STDIN", Role::Read), Err("42501"));
         assert_eq!(verdict("COPY teams FROM STDIN", Role::Write), Ok(()));
         // Files stay out of reach of every role.
         assert_eq!(verdict("COPY tasks TO '/tmp/x'", Role::Write), Err("42501"));
-        assert_eq!(verdict("COPY teams FROM '/etc/passwd'", Role::Write), Err("42501"));
+        assert_eq!(
+            verdict("COPY teams FROM '/etc/passwd'", Role::Write),
+            Err("42501")
+        );
     }
 
     #[test]

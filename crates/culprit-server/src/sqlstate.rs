@@ -15,6 +15,8 @@ pub const SYNTAX_ERROR: &str = "42601";
 pub const DUPLICATE_TABLE: &str = "42P07";
 pub const WRONG_OBJECT_TYPE: &str = "42809";
 pub const INVALID_NAME: &str = "42602";
+pub const NOT_NULL_VIOLATION: &str = "23502";
+pub const DATATYPE_MISMATCH: &str = "42804";
 pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
 pub const UNDEFINED_TABLE: &str = "42P01";
 pub const UNDEFINED_COLUMN: &str = "42703";
@@ -104,6 +106,8 @@ fn store_code(e: &StoreError) -> &'static str {
             UserTableProblem::Missing => UNDEFINED_TABLE,
             UserTableProblem::Telemetry => WRONG_OBJECT_TYPE,
             UserTableProblem::Invalid => INVALID_NAME,
+            UserTableProblem::NotNull => NOT_NULL_VIOLATION,
+            UserTableProblem::Mismatch => DATATYPE_MISMATCH,
         },
         _ => IO_ERROR,
     }

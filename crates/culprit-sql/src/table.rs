@@ -61,6 +61,15 @@ impl TableProvider for StoreTable {
         )))
     }
 
+    async fn truncate(&self, _state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        self.insert_into(
+            _state,
+            Arc::new(EmptyExec::new(self.schema())),
+            datafusion::logical_expr::dml::InsertOp::Overwrite,
+        )
+        .await
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,

@@ -195,7 +195,7 @@ pub async fn write_stream(
         .await
         .map_err(store_error)?;
     while let Some(next) = data.next().await {
-        let next = next?;
+        let next = conform(name, schema, next?)?;
         buffered += next.num_rows();
         rows += next.num_rows() as u64;
         pending.push(next);
@@ -214,16 +214,71 @@ pub async fn write_stream(
     Ok(rows)
 }
 
+/// Rows in the table's columns: cast where the query's types differ (a
+/// timestamp's unit), and no NULL where the table says NOT NULL.
+fn conform(name: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    use datafusion::arrow::array::Array;
+    use datafusion::arrow::compute::cast;
+    let mismatch = |reason: String, code| {
+        store_error(StoreError::UserTable {
+            table: name.to_string(),
+            reason,
+            code,
+        })
+    };
+    if batch.num_columns() != schema.fields().len() {
+        return Err(mismatch(
+            format!(
+                "{} values for {} columns",
+                batch.num_columns(),
+                schema.fields().len()
+            ),
+            UserTableProblem::Mismatch,
+        ));
+    }
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(mismatch(
+                format!(
+                    "null value in column \"{}\" violates not-null constraint",
+                    field.name()
+                ),
+                UserTableProblem::NotNull,
+            ));
+        }
+        columns.push(if column.data_type() == field.data_type() {
+            column.clone()
+        } else {
+            cast(column, field.data_type()).map_err(|e| {
+                mismatch(
+                    format!("column {}: {e}", field.name()),
+                    UserTableProblem::Mismatch,
+                )
+            })?
+        });
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// The type a user table stores for a column's type: timestamps as UTC
+/// microseconds (as the telemetry's), others as they are.
+fn stored_type(
+    t: &datafusion::arrow::datatypes::DataType,
+) -> datafusion::arrow::datatypes::DataType {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    match t {
+        DataType::Timestamp(_, _) => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        other => other.clone(),
+    }
+}
+
 /// Brings the session's user tables up to the store's newest manifest:
 /// new ones registered, dropped ones removed, changed ones replaced. A
-/// session table or view of the same name (only `TEMPORARY` ones can be
-/// made) is left alone.
+/// session view of the same name is left alone.
 pub async fn sync(ctx: &SessionContext, store: &Store) -> Result<()> {
     let manifest = store.manifest().await.map_err(store_error)?;
-    let Some(schema) = ctx
-        .catalog("datafusion")
-        .and_then(|c| c.schema("public"))
-    else {
+    let Some(schema) = ctx.catalog("datafusion").and_then(|c| c.schema("public")) else {
         return Ok(());
     };
     for name in schema.table_names() {
@@ -246,7 +301,11 @@ pub async fn sync(ctx: &SessionContext, store: &Store) -> Result<()> {
         if schema.table_exist(&table.name) {
             continue;
         }
-        let provider = UserTable::new(store.clone(), &table.name, table.schema().map_err(store_error)?);
+        let provider = UserTable::new(
+            store.clone(),
+            &table.name,
+            table.schema().map_err(store_error)?,
+        );
         schema.register_table(table.name.clone(), Arc::new(provider))?;
     }
     Ok(())
@@ -280,7 +339,8 @@ fn telemetry(name: &str) -> DataFusionError {
 
 /// Runs `CREATE TABLE` (declared or `AS` a query) and `DROP TABLE` of user
 /// tables as store commits. `None` for other plans, and for what stays in
-/// the session: `TEMPORARY` tables, views, and tables of other schemas.
+/// the session: views, tables of other schemas, and `TEMPORARY` tables
+/// (which DataFusion refuses today).
 pub async fn run_user_ddl(
     ctx: &SessionContext,
     store: &Store,
@@ -303,7 +363,7 @@ pub async fn run_user_ddl(
                 Err(e) => return Some(Err(store_error(e))),
             };
             if manifest.user_table(name).is_none() && ctx.table_exist(name).unwrap_or(false) {
-                // A temporary table or a view of the session.
+                // A view of the session.
                 return None;
             }
             Some(drop_table(ctx, store, name, *if_exists).await)
@@ -331,6 +391,7 @@ async fn create_table(
         .iter()
         .map(|f| {
             let f = f.as_ref().clone();
+            let f = f.clone().with_data_type(stored_type(f.data_type()));
             if declared {
                 f
             } else {

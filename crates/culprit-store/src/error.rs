@@ -52,8 +52,12 @@ pub enum UserTableProblem {
     Missing,
     /// A telemetry table: changed only by ingest (42809).
     Telemetry,
-    /// A bad name, columns or rows (42602 / 22P02...).
+    /// A bad name (42602).
     Invalid,
+    /// A NULL in a NOT NULL column (23502).
+    NotNull,
+    /// Rows or columns that do not fit the table (42804).
+    Mismatch,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -91,8 +91,8 @@ impl UserTable {
         }
     }
 
-    /// The table's Arrow schema (every column nullable on read, as SQL
-    /// tables are); an unreadable type names the table and column.
+    /// The table's Arrow schema, NOT NULL where declared; an unreadable
+    /// type names the table and column.
     pub fn schema(&self) -> Result<arrow::datatypes::SchemaRef, crate::StoreError> {
         use std::str::FromStr;
         let fields = self
@@ -104,7 +104,7 @@ impl UserTable {
                     .map_err(|e| crate::StoreError::UserTable {
                         table: self.name.clone(),
                         reason: format!("column {} has an unreadable type: {e}", c.name),
-                        code: crate::UserTableProblem::Invalid,
+                        code: crate::UserTableProblem::Mismatch,
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -113,7 +113,20 @@ impl UserTable {
 }
 
 impl Manifest {
-    pub const FORMAT: u32 = 1;
+    /// The newest format this culprit reads and writes. Format 2 adds
+    /// `user_tables`; a store without user tables is still written as
+    /// format 1, so older culprits keep reading it, while one with user
+    /// tables is refused by them rather than rewritten without its tables.
+    pub const FORMAT: u32 = 2;
+
+    /// The oldest format that holds this manifest.
+    pub fn format_needed(&self) -> u32 {
+        if self.user_tables.is_empty() {
+            1
+        } else {
+            2
+        }
+    }
 
     /// The files of one table, oldest first.
     pub fn files_of(&self, table: Table) -> impl Iterator<Item = &DataFile> {

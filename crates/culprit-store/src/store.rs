@@ -619,7 +619,8 @@ impl PendingBatch {
     /// Makes the rows this batch writes to user table `name` its only rows
     /// when the batch commits (the table's older files are dropped).
     pub fn replace_user_rows(&mut self, name: &str) {
-        self.user_changes.push(UserChange::ReplaceRows(name.to_string()));
+        self.user_changes
+            .push(UserChange::ReplaceRows(name.to_string()));
     }
 
     /// Drops user table `name` (its rows too) when the batch commits; a
@@ -685,7 +686,11 @@ impl PendingBatch {
                     } else if exists && *if_not_exists {
                         continue;
                     } else if exists {
-                        return Err(problem(&table.name, UserTableProblem::Exists, "already exists"));
+                        return Err(problem(
+                            &table.name,
+                            UserTableProblem::Exists,
+                            "already exists",
+                        ));
                     }
                     manifest.user_tables.push(table.clone());
                 }
@@ -711,7 +716,7 @@ impl PendingBatch {
                     Some(t) if t.columns != table.columns => {
                         return Err(problem(
                             &table.name,
-                            UserTableProblem::Invalid,
+                            UserTableProblem::Mismatch,
                             "its columns changed while rows were being written",
                         ))
                     }
@@ -764,9 +769,9 @@ impl PendingBatch {
             let mut manifest = self.store.manifest().await?;
             let version = manifest.version + 1;
             manifest.version = version;
-            manifest.format = Manifest::FORMAT;
             manifest.files.extend(self.files.iter().cloned());
             let gone = self.apply_user_changes(&mut manifest)?;
+            manifest.format = manifest.format_needed();
             manifest.sources.extend(
                 self.sources
                     .iter()
@@ -799,7 +804,7 @@ impl PendingBatch {
                         batch: self.id.clone(),
                         rows,
                         files: self.files.len(),
-                    })
+                    });
                 }
                 Err(object_store::Error::AlreadyExists { .. }) => continue,
                 Err(e) => return Err((self.store.os_err())(e)),
@@ -938,31 +943,57 @@ mod tests {
         assert_eq!(user_rows(&store, "teams").await, ["ana", "bo"]);
         let m = store.manifest().await.unwrap();
         assert_eq!(m.user_table("teams").unwrap().schema().unwrap(), schema);
-        assert!(m.files_of_user("teams").all(|f| f.path.starts_with("tables/user/teams/")));
+        assert!(m
+            .files_of_user("teams")
+            .all(|f| f.path.starts_with("tables/user/teams/")));
 
         // Append.
         let mut b = store.begin();
-        b.write_user("teams", &schema, &[teams(&[("cy", "ops")])]).await.unwrap();
+        b.write_user("teams", &schema, &[teams(&[("cy", "ops")])])
+            .await
+            .unwrap();
         b.commit().await.unwrap();
         assert_eq!(user_rows(&store, "teams").await, ["ana", "bo", "cy"]);
 
         // Creating it again fails and changes nothing; IF NOT EXISTS is a no-op.
         let mut b = store.begin();
         b.create_user_table("teams", &schema, false, false).unwrap();
-        b.write_user("teams", &schema, &[teams(&[("dx", "x")])]).await.unwrap();
+        b.write_user("teams", &schema, &[teams(&[("dx", "x")])])
+            .await
+            .unwrap();
         let e = b.commit().await.unwrap_err();
-        assert!(matches!(e, StoreError::UserTable { code: UserTableProblem::Exists, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                StoreError::UserTable {
+                    code: UserTableProblem::Exists,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert_eq!(user_rows(&store, "teams").await, ["ana", "bo", "cy"]);
 
         // Replace: only the new rows, and the old files are gone.
-        let old: Vec<String> = store.manifest().await.unwrap().files_of_user("teams").map(|f| f.path.clone()).collect();
+        let old: Vec<String> = store
+            .manifest()
+            .await
+            .unwrap()
+            .files_of_user("teams")
+            .map(|f| f.path.clone())
+            .collect();
         let mut b = store.begin();
         b.replace_user_rows("teams");
-        b.write_user("teams", &schema, &[teams(&[("ed", "etl")])]).await.unwrap();
+        b.write_user("teams", &schema, &[teams(&[("ed", "etl")])])
+            .await
+            .unwrap();
         b.commit().await.unwrap();
         assert_eq!(user_rows(&store, "teams").await, ["ed"]);
         for p in old {
-            assert!(store.object_store().head(&store.path(&p)).await.is_err(), "{p} remains");
+            assert!(
+                store.object_store().head(&store.path(&p)).await.is_err(),
+                "{p} remains"
+            );
         }
 
         // Drop; a second drop fails unless IF EXISTS.
@@ -973,17 +1004,28 @@ mod tests {
         assert!(m.user_table("teams").is_none() && m.files_of_user("teams").next().is_none());
         let mut b = store.begin();
         b.drop_user_table("teams", false).unwrap();
-        assert!(matches!(b.commit().await.unwrap_err(), StoreError::UserTable { code: UserTableProblem::Missing, .. }));
+        assert!(matches!(
+            b.commit().await.unwrap_err(),
+            StoreError::UserTable {
+                code: UserTableProblem::Missing,
+                ..
+            }
+        ));
         let mut b = store.begin();
         b.drop_user_table("teams", true).unwrap();
         b.commit().await.unwrap();
 
         // Names: telemetry and invalid ones are refused at once.
         let mut b = store.begin();
-        let e = b.create_user_table("tasks", &schema, false, false).unwrap_err();
+        let e = b
+            .create_user_table("tasks", &schema, false, false)
+            .unwrap_err();
         assert!(e.to_string().contains("telemetry"), "{e}");
         for bad in ["Teams", "1x", "a-b", "pg_x", ""] {
-            assert!(b.create_user_table(bad, &schema, false, false).is_err(), "{bad}");
+            assert!(
+                b.create_user_table(bad, &schema, false, false).is_err(),
+                "{bad}"
+            );
         }
     }
 

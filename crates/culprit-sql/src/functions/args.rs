@@ -228,6 +228,49 @@ impl Args {
         self.blame_options(None, 0, 1)
     }
 
+    /// The step of a series at position `i`: seconds as a number, a
+    /// duration as text (`'1 minute'`, `'30 seconds'`) or an interval. A
+    /// series needs its `from` and `to` (in `opts`).
+    pub fn series_step(&self, i: usize, opts: &BlameOptions, signature: &str) -> Result<Micros> {
+        if opts.from.is_none() || opts.to.is_none() {
+            return bad_arg!(
+                self.function,
+                "a series needs 'from' and 'to'; usage: {signature}"
+            );
+        }
+        let us = match self.positional.get(i) {
+            None => return bad_arg!(self.function, "the step is required; usage: {signature}"),
+            Some(v) if v.is_null() => {
+                return bad_arg!(self.function, "the step is required; usage: {signature}")
+            }
+            Some(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => {
+                Some(v.days as i64 * 86_400_000_000 + v.nanoseconds / 1000)
+            }
+            Some(ScalarValue::IntervalDayTime(Some(v))) => {
+                Some(v.days as i64 * 86_400_000_000 + v.milliseconds as i64 * 1000)
+            }
+            Some(ScalarValue::Utf8(Some(s)))
+            | Some(ScalarValue::LargeUtf8(Some(s)))
+            | Some(ScalarValue::Utf8View(Some(s))) => culprit_core::time::parse_duration(s),
+            Some(v) if v.data_type().is_numeric() => match v.cast_to(&DataType::Float64) {
+                Ok(ScalarValue::Float64(Some(x))) if x.is_finite() && x > 0.0 && x < 1e12 => {
+                    Some((x * 1e6).round() as i64)
+                }
+                _ => None,
+            },
+            Some(_) => None,
+        };
+        match us {
+            Some(us) if us > 0 => Ok(us),
+            _ => bad_arg!(
+                self.function,
+                "the step (argument {}) must be a positive duration: seconds, text such as \
+                 '1 minute', or an interval",
+                i + 1
+            ),
+        }
+    }
+
     /// The call on one query `(query)`: its id.
     pub fn query_call(&self, signature: &str) -> Result<String> {
         self.no_options()?;

@@ -12,11 +12,13 @@ mod rows;
 mod table_function;
 
 mod aggressive_queries;
+mod aggressive_queries_series;
 mod blame;
 mod blame_beta;
 mod boe_task_seconds;
 mod critical_path;
 mod culprits;
+mod culprits_series;
 mod estimate;
 mod expensive_inputs;
 mod float_scalar;
@@ -64,6 +66,9 @@ pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
     register::<slow_nodes::SlowNodes>(ctx, e);
     register::<aggressive_queries::AggressiveQueries>(ctx, e);
     register::<victims::Victims>(ctx, e);
+    // The use-cases over consecutive windows (000 §6.2).
+    register::<culprits_series::CulpritsSeries>(ctx, e);
+    register::<aggressive_queries_series::AggressiveQueriesSeries>(ctx, e);
     register::<critical_path::CriticalPath>(ctx, e);
     register::<stage_ratp::StageRatp>(ctx, e);
     // The other papers (method.md sections 9-11).

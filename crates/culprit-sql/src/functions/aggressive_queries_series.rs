@@ -1,0 +1,65 @@
+//! `aggressive_queries_series(from, to, step [, options])`:
+//! `aggressive_queries()` over the consecutive windows of `step` from
+//! `from` to `to`, in one call, each row with its window (000 appendix E
+//! over time, 000 §6.2; method.md section 6). The dataset is loaded once
+//! for all the windows.
+
+use culprit_core::method::BlameOptions;
+use culprit_engine::Snapshot;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+
+use super::args::Args;
+use super::rows::{schema, Cell, Out, Ty};
+use super::table_function::{Rows, TableFunction};
+use crate::error::in_function;
+
+pub struct AggressiveQueriesSeries {
+    opts: BlameOptions,
+    step: i64,
+}
+
+impl TableFunction for AggressiveQueriesSeries {
+    const NAME: &'static str = "aggressive_queries_series";
+    const SIGNATURE: &'static str = "aggressive_queries_series(from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+
+    fn schema() -> SchemaRef {
+        schema(&[
+            ("window_start", Ty::Time),
+            ("window_end", Ty::Time),
+            ("culprit_query", Ty::Text),
+            ("blame_seconds", Ty::Float),
+            ("dor_sum", Ty::Float),
+            ("victims", Ty::Int),
+        ])
+    }
+
+    fn plan(args: &Args) -> Result<Self> {
+        args.max_positional(3, Self::SIGNATURE)?;
+        let opts = args.blame_options(None, 0, 1)?;
+        let step = args.series_step(2, &opts, Self::SIGNATURE)?;
+        Ok(AggressiveQueriesSeries { opts, step })
+    }
+
+    fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
+        let ds = &snapshot.ds;
+        let series = snapshot
+            .aggressive_queries_series(&self.opts, self.step)
+            .map_err(in_function(Self::NAME))?;
+        let n = series.iter().map(|(_, rows)| rows.len()).sum();
+        let mut out = Out::new(Self::schema(), n);
+        for ((from, to), rows) in series {
+            for r in rows {
+                out.row(vec![
+                    Cell::T(Some(from)),
+                    Cell::T(Some(to)),
+                    Cell::S(Some(ds.queries.name(r.query))),
+                    Cell::F(Some(r.seconds)),
+                    Cell::F(Some(r.dor_sum)),
+                    Cell::I(Some(r.victims as i64)),
+                ]);
+            }
+        }
+        out.finish().map(Rows::one)
+    }
+}
