@@ -10,6 +10,7 @@ mod ingest;
 mod load;
 mod papers;
 mod policy;
+mod reports;
 mod s3;
 mod security;
 mod server;

@@ -19,8 +19,8 @@ use culprit_store::Store;
 use crate::common::{demo_store, repo_root, run, run_ok, start_server, start_server_with};
 
 /// A write user and a read user of the users file, with their passwords.
-const WRITER: (&str, &str) = ("writer", "writer-pw");
-const READER: (&str, &str) = ("reader", "reader-pw");
+pub(crate) const WRITER: (&str, &str) = ("writer", "writer-pw");
+pub(crate) const READER: (&str, &str) = ("reader", "reader-pw");
 
 /// The victim's culprits, ties broken so that every run lists one order.
 const CULPRITS: &str = "SELECT culprit_query, blame_seconds FROM culprits('q-victim') \
@@ -29,7 +29,7 @@ const CULPRITS: &str = "SELECT culprit_query, blame_seconds FROM culprits('q-vic
 const JAR: &str = "/usr/share/java/postgresql.jar";
 
 /// Serves with a users file: `writer` (role write) and `reader` (role read).
-fn team_users() -> ServerOptions {
+pub(crate) fn team_users() -> ServerOptions {
     let text = format!(
         "{}\n{}\n",
         Users::line(WRITER.0, Role::Write, WRITER.1).unwrap(),
@@ -44,7 +44,7 @@ fn team_users() -> ServerOptions {
 /// psql as `user` with its password, or (None) as `culprit` on a server
 /// without users; errors stop it (exit 1, 3 in a script) and print their
 /// SQLSTATE.
-fn psql_as(addr: SocketAddr, user: Option<(&str, &str)>, args: &[&str]) -> Output {
+pub(crate) fn psql_as(addr: SocketAddr, user: Option<(&str, &str)>, args: &[&str]) -> Output {
     let who = match user {
         Some((name, password)) => format!("user={name} password={password}"),
         None => "user=culprit".to_string(),
@@ -67,7 +67,7 @@ fn text(b: &[u8]) -> String {
 }
 
 /// Asserts psql succeeded; its stdout.
-fn ok(out: &Output, what: &str) -> String {
+pub(crate) fn ok(out: &Output, what: &str) -> String {
     assert!(
         out.status.success(),
         "{what}: psql failed ({}):\nstdout: {}\nstderr: {}",
@@ -80,7 +80,7 @@ fn ok(out: &Output, what: &str) -> String {
 
 /// Asserts psql failed with an error whose text holds every one of
 /// `needles` (case-insensitive); its stderr.
-fn refused(out: &Output, what: &str, needles: &[&str]) -> String {
+pub(crate) fn refused(out: &Output, what: &str, needles: &[&str]) -> String {
     let err = text(&out.stderr);
     assert!(
         !out.status.success(),
@@ -108,7 +108,7 @@ fn assert_copy_tag(stdout: &str, n: usize, what: &str) {
 
 /// A query's rows through `psql -At`, fields split on the unit separator
 /// (no value holds one, nor a newline); psql prints NULL as ''.
-fn rows(addr: SocketAddr, user: Option<(&str, &str)>, sql: &str) -> Vec<Vec<String>> {
+pub(crate) fn rows(addr: SocketAddr, user: Option<(&str, &str)>, sql: &str) -> Vec<Vec<String>> {
     let out = psql_as(addr, user, &["-At", "-F", "\u{1f}", "-c", sql]);
     ok(&out, sql)
         .lines()
@@ -117,7 +117,7 @@ fn rows(addr: SocketAddr, user: Option<(&str, &str)>, sql: &str) -> Vec<Vec<Stri
 }
 
 /// A count (or another whole number) from a one-row, one-column query.
-fn count(addr: SocketAddr, user: Option<(&str, &str)>, sql: &str) -> usize {
+pub(crate) fn count(addr: SocketAddr, user: Option<(&str, &str)>, sql: &str) -> usize {
     let r = rows(addr, user, sql);
     assert!(
         r.len() == 1 && r[0].len() == 1,

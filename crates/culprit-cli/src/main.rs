@@ -57,6 +57,12 @@ struct ServerArgs {
     /// Memory for one query, in MiB (0: unlimited); a query needing more fails with 53200.
     #[arg(long, default_value_t = 0, value_parser = limits::query_memory_mb)]
     query_memory_mb: usize,
+    /// Seconds a scheduled report's run may take before it fails.
+    #[arg(long, default_value_t = 300.0, value_parser = limits::statement_timeout)]
+    report_timeout: f64,
+    /// Days of report history (`reports.<job>` rows, `cron.job_run_details`) kept (0: forever).
+    #[arg(long, default_value_t = 30)]
+    report_retention_days: u32,
 }
 
 impl ServerArgs {
@@ -80,8 +86,33 @@ impl ServerArgs {
                 .then(|| std::time::Duration::from_secs_f64(self.statement_timeout)),
             query_memory: (self.query_memory_mb > 0)
                 .then_some(self.query_memory_mb.saturating_mul(1 << 20)),
+            reports: culprit_server::reports::ReportOptions {
+                timeout: std::time::Duration::from_secs_f64(self.report_timeout.max(0.001)),
+                retention: (self.report_retention_days > 0).then(|| {
+                    std::time::Duration::from_secs(u64::from(self.report_retention_days) * 86_400)
+                }),
+                memory: None,
+            },
         })
     }
+}
+
+#[derive(Subcommand)]
+enum ReportCommand {
+    /// Run a scheduled report now, as the user who scheduled it, and record the run
+    /// (its rows in reports.<name>, the run in cron.job_run_details).
+    Run {
+        #[command(flatten)]
+        store: StoreArg,
+        /// The users file giving the job's user its role (as `culprit serve --users`).
+        #[arg(long, env = "CULPRIT_USERS")]
+        users: Option<std::path::PathBuf>,
+        /// Seconds the run may take.
+        #[arg(long, default_value_t = 300.0, value_parser = limits::statement_timeout)]
+        timeout: f64,
+        /// The job's name (cron.job.jobname).
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -185,6 +216,11 @@ enum Command {
         slots: usize,
         #[arg(long, value_enum, default_value = "parquet")]
         format: files::FileFormat,
+    },
+    /// Scheduled reports (`SELECT cron.schedule(...)` over the wire).
+    Report {
+        #[command(subcommand)]
+        command: ReportCommand,
     },
     /// Simulate a workload with a known culprit, ingest it, serve it, and print
     /// the psql command that asks who slowed the victim.
@@ -304,6 +340,47 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             // allocations) much faster than freeing it piece by piece.
             std::mem::forget(ctx);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Report {
+            command:
+                ReportCommand::Run {
+                    store,
+                    users,
+                    timeout,
+                    name,
+                },
+        } => {
+            let store = Store::open(&store.store)?;
+            let manifest = store.manifest().await?;
+            let Some(job) = manifest.cron_job(&name).cloned() else {
+                return Err(format!("no scheduled report named '{name}' in {store}").into());
+            };
+            let users = users
+                .map(|p| culprit_server::Users::load(&p))
+                .transpose()?
+                .map(std::sync::Arc::new);
+            let gate = culprit_server::Gate::new(users);
+            let engine = std::sync::Arc::new(culprit_sql::Engine::new(store.clone()));
+            let opts = culprit_server::reports::ReportOptions {
+                timeout: std::time::Duration::from_secs_f64(timeout.max(0.001)),
+                ..Default::default()
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64);
+            let run =
+                culprit_server::reports::run_job(&store, &engine, &gate, &job, now, &opts).await?;
+            println!(
+                "report {name} run {}: {} ({})",
+                run.runid,
+                if run.succeeded { "succeeded" } else { "failed" },
+                run.message
+            );
+            Ok(if run.succeeded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::User {
             command: UserCommand::Add { users, role, name },

@@ -57,7 +57,7 @@ impl CulpritHandlers {
         shared: Arc<Shared>,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
-        let pipeline = Arc::new(Pipeline::new(ctx, store));
+        let pipeline = Arc::new(Pipeline::new(ctx, store, shared.gate.clone()));
         let copy = Arc::new(CopyIns {
             pipeline: pipeline.clone(),
         });

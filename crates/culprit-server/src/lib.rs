@@ -13,7 +13,9 @@ mod hooks;
 mod parameters;
 mod pipeline;
 mod policy;
+pub use policy::Gate;
 mod protocol;
+pub mod reports;
 mod rewrite;
 pub mod sqlstate;
 mod startup;
@@ -69,6 +71,8 @@ pub struct ServerOptions {
     /// Memory pool of each connection's session, bytes (one statement runs
     /// at a time on a connection, so this bounds a query).
     pub query_memory: Option<usize>,
+    /// Scheduled reports (`cron.schedule`): timeout and retention.
+    pub reports: reports::ReportOptions,
 }
 
 impl Default for ServerOptions {
@@ -80,6 +84,7 @@ impl Default for ServerOptions {
             max_connections: 100,
             statement_timeout: None,
             query_memory: None,
+            reports: reports::ReportOptions::default(),
         }
     }
 }
@@ -120,6 +125,7 @@ pub struct Server {
     tls: Option<pgwire::tokio::TlsAcceptor>,
     slots: Arc<Semaphore>,
     query_memory: Option<usize>,
+    reports: reports::ReportOptions,
 }
 
 impl Server {
@@ -174,6 +180,10 @@ impl Server {
             }),
             tls,
             query_memory: opts.query_memory,
+            reports: reports::ReportOptions {
+                memory: opts.query_memory,
+                ..opts.reports
+            },
         })
     }
 
@@ -189,9 +199,18 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
+        // The scheduled reports run while the server does (and stop with it).
+        let scheduler = reports::run_scheduler(
+            self.store.clone(),
+            self.engine.clone(),
+            self.shared.gate.clone(),
+            self.reports.clone(),
+        );
+        tokio::pin!(scheduler);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                _ = &mut scheduler => {}
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);

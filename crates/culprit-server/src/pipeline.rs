@@ -114,6 +114,8 @@ pub struct Pipeline {
     types: Arc<datafusion_postgres::Parser>,
     /// The store, for its user tables.
     store: Store,
+    /// The gate, for the commands of scheduled reports.
+    gate: Arc<crate::policy::Gate>,
     /// The connection's `COPY ... FROM STDIN` in progress (`copy.rs`).
     pub copy_in: Slot<CopyIn>,
     /// Why it failed, kept until the client ends its data.
@@ -121,13 +123,14 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(ctx: Arc<SessionContext>, store: Store) -> Pipeline {
+    pub fn new(ctx: Arc<SessionContext>, store: Store, gate: Arc<crate::policy::Gate>) -> Pipeline {
         let types = DfSessionService::new_with_hooks(ctx.clone(), vec![]).query_parser();
         Pipeline {
             ctx,
             hooks: SessionHooks::default(),
             types,
             store,
+            gate,
             copy_in: Slot::default(),
             copy_failed: Slot::default(),
         }
@@ -144,6 +147,16 @@ impl Pipeline {
         if let Some(described) = self.hooks.describe(&tree, &self.ctx, client).await {
             let plan = PlanStage::Planned(described?);
             return Ok(AdmittedStatement { tree, plan });
+        }
+        if let Some(call) = crate::reports::cron_call(&tree) {
+            // Described as what it returns: one bigint (schedule) or
+            // boolean (unschedule).
+            let call = call.map_err(|e| copy_error(sqlstate::INVALID_PARAMETER_VALUE, &e))?;
+            let plan = self.cron_answer(&call, None)?.into_unoptimized_plan();
+            return Ok(AdmittedStatement {
+                tree,
+                plan: PlanStage::Planned(plan),
+            });
         }
         if matches!(tree, Statement::Copy { .. }) {
             // Run whole at Execute (`copy.rs`); it returns no row description.
@@ -183,6 +196,41 @@ impl Pipeline {
         }
         if let Statement::Copy { .. } = tree {
             return self.copy(tree).await;
+        }
+        if let Some(call) = crate::reports::cron_call(tree) {
+            let call = call.map_err(|e| copy_error(sqlstate::INVALID_PARAMETER_VALUE, &e))?;
+            let user = client
+                .metadata()
+                .get(pgwire::api::METADATA_USER)
+                .cloned()
+                .unwrap_or_default();
+            let value = match &call {
+                crate::reports::CronCall::Schedule {
+                    name,
+                    schedule,
+                    command,
+                } => crate::reports::schedule(
+                    &self.store,
+                    name,
+                    schedule,
+                    command,
+                    &user,
+                    &self.gate,
+                )
+                .await
+                .map(Some),
+                crate::reports::CronCall::Unschedule(name) => {
+                    crate::reports::unschedule(&self.store, name)
+                        .await
+                        .map(|_| None)
+                }
+            }
+            .map_err(|e| copy_error(sqlstate::INVALID_PARAMETER_VALUE, &e))?;
+            let df = self.cron_answer(&call, Some(value))?;
+            let options = FormatOptions::from_client_metadata(client.metadata());
+            return self
+                .execute_and_encode(df.into_unoptimized_plan(), tree, format, options)
+                .await;
         }
         let plan = match &statement.plan {
             PlanStage::Unplanned => self.plan(tree).await?,
@@ -244,6 +292,39 @@ impl Pipeline {
         }
         let rows = encode_dataframe(df, format, Some(Arc::new(options))).await?;
         Ok(Response::Query(rows))
+    }
+
+    /// The one-row answer of a pg_cron call: the job id of `schedule`,
+    /// `true` for `unschedule` (`None`: only its columns, to describe it).
+    fn cron_answer(
+        &self,
+        call: &crate::reports::CronCall,
+        value: Option<Option<i64>>,
+    ) -> PgWireResult<DataFrame> {
+        use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let (field, column): (Field, ArrayRef) = match (call, value) {
+            (crate::reports::CronCall::Schedule { .. }, v) => (
+                Field::new(call.column(), DataType::Int64, true),
+                Arc::new(Int64Array::from(match v {
+                    Some(id) => vec![id],
+                    None => vec![],
+                })),
+            ),
+            (crate::reports::CronCall::Unschedule(_), v) => (
+                Field::new(call.column(), DataType::Boolean, true),
+                Arc::new(BooleanArray::from(match v {
+                    Some(_) => vec![true],
+                    None => vec![],
+                })),
+            ),
+        };
+        let batch = datafusion::arrow::record_batch::RecordBatch::try_new(
+            Arc::new(Schema::new(vec![field])),
+            vec![column],
+        )
+        .map_err(|e| api_error(e.into()))?;
+        self.ctx.read_batch(batch).map_err(api_error)
     }
 
     /// A `COPY`: `TO STDOUT` runs its query and streams the rows;

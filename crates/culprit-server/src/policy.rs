@@ -323,6 +323,12 @@ impl Visitor for Judge {
     }
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<Refusal> {
+        if let Expr::Function(f) = expr {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if name == "cron.schedule" || name == "cron.unschedule" {
+                return self.decide(Need::Write(name));
+            }
+        }
         if let Expr::Value(v) = expr {
             if let Value::Placeholder(p) = &v.value {
                 let valid = p
@@ -381,7 +387,7 @@ impl Gate {
     /// Grafana's search_path lookup keeps the subquery that parser's token
     /// blacklist blanks (`rewrite/grafana.rs`).
     fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
-        let statements = self.parser.parse(sql)?;
+        let statements = self.keep_cron_calls(sql, self.parser.parse(sql)?);
         if !statements.iter().any(grafana::lookup_was_blanked) {
             return Ok(statements);
         }
@@ -396,6 +402,29 @@ impl Gate {
                     .collect())
             }
             _ => Ok(statements),
+        }
+    }
+
+    /// pg_cron's calls (`cron.schedule(...)`) as written: the compatibility
+    /// rules strip the schema of function calls, which names them.
+    fn keep_cron_calls(&self, sql: &str, statements: Vec<Statement>) -> Vec<Statement> {
+        // A cheap look first; the decision is on the trees.
+        if !sql.to_ascii_lowercase().contains("cron.") {
+            return statements;
+        }
+        match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+            Ok(raw) if raw.len() == statements.len() => statements
+                .into_iter()
+                .zip(raw)
+                .map(|(rewritten, raw)| {
+                    if crate::reports::cron_call(&raw).is_some() {
+                        raw
+                    } else {
+                        rewritten
+                    }
+                })
+                .collect(),
+            _ => statements,
         }
     }
 
@@ -528,6 +557,29 @@ mod tests {
         ] {
             assert_eq!(verdict(sql, Role::Write), Err("0A000"), "{sql}");
         }
+    }
+
+    #[test]
+    fn scheduling_a_report_is_a_write() {
+        let gate = Gate::new(None);
+        for sql in [
+            "SELECT cron.schedule('daily', '0 7 * * *', $$SELECT * FROM victims()$$)",
+            "SELECT cron.unschedule('daily')",
+        ] {
+            let e = gate.admit(sql, "u").unwrap_err().to_string();
+            assert!(e.contains("read-only") && e.contains("cron."), "{sql}: {e}");
+        }
+        // The call keeps its schema (the compatibility rules would strip it).
+        let write = Judge {
+            role: Role::Write,
+            user: "w".into(),
+        };
+        let kept = gate.keep_cron_calls(
+            "SELECT cron.unschedule('x')",
+            gate.parser.parse("SELECT cron.unschedule('x')").unwrap(),
+        );
+        assert!(crate::reports::cron_call(&kept[0]).is_some(), "{}", kept[0]);
+        assert!(kept[0].visit(&mut { write }).is_continue());
     }
 
     #[test]

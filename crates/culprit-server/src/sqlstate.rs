@@ -60,7 +60,10 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
             _ => INTERNAL_ERROR,
         },
         DataFusionError::Execution(m) => {
-            if m.contains("Invalid argument") {
+            if m.contains("has null but schema specifies non-nullable") {
+                // An INSERT of a NULL into a NOT NULL column of a user table.
+                NOT_NULL_VIOLATION
+            } else if m.contains("Invalid argument") {
                 INVALID_PARAMETER_VALUE
             } else if m.contains("Divide by zero") {
                 DIVISION_BY_ZERO

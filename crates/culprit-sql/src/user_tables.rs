@@ -218,7 +218,12 @@ pub async fn write_stream(
 /// timestamp's unit), and no NULL where the table says NOT NULL.
 fn conform(name: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     use datafusion::arrow::array::Array;
-    use datafusion::arrow::compute::cast;
+    use datafusion::arrow::compute::{cast_with_options, CastOptions};
+    // A value that does not convert is an error, never a NULL.
+    let strict = CastOptions {
+        safe: false,
+        ..CastOptions::default()
+    };
     let mismatch = |reason: String, code| {
         store_error(StoreError::UserTable {
             table: name.to_string(),
@@ -250,7 +255,7 @@ fn conform(name: &str, schema: &SchemaRef, batch: RecordBatch) -> Result<RecordB
         columns.push(if column.data_type() == field.data_type() {
             column.clone()
         } else {
-            cast(column, field.data_type()).map_err(|e| {
+            cast_with_options(column, field.data_type(), &strict).map_err(|e| {
                 mismatch(
                     format!("column {}: {e}", field.name()),
                     UserTableProblem::Mismatch,
@@ -278,37 +283,124 @@ fn stored_type(
 /// session view of the same name is left alone.
 pub async fn sync(ctx: &SessionContext, store: &Store) -> Result<()> {
     let manifest = store.manifest().await.map_err(store_error)?;
-    let Some(schema) = ctx.catalog("datafusion").and_then(|c| c.schema("public")) else {
+    let Some(catalog) = ctx.catalog("datafusion") else {
         return Ok(());
     };
-    for name in schema.table_names() {
-        let Some(current) = schema.table(&name).await? else {
+    // The scheduler's tables: `cron.job`, `cron.job_run_details`, and
+    // the reports' history `reports.<job>` (read-only to SQL).
+    for name in [CRON_SCHEMA, culprit_store::REPORTS_SCHEMA] {
+        if catalog.schema(name).is_none() {
+            catalog.register_schema(
+                name,
+                Arc::new(datafusion::catalog::MemorySchemaProvider::new()),
+            )?;
+        }
+    }
+    for schema_name in ["public", CRON_SCHEMA, culprit_store::REPORTS_SCHEMA] {
+        let Some(schema) = catalog.schema(schema_name) else {
             continue;
         };
-        let Some(mine) = current.downcast_ref::<UserTable>() else {
-            continue;
-        };
-        let stored = manifest
-            .user_table(&name)
-            .map(|t| t.schema())
-            .transpose()
-            .map_err(store_error)?;
-        if stored.as_ref() != Some(&mine.schema) {
-            schema.deregister_table(&name)?;
+        for name in schema.table_names() {
+            let Some(current) = schema.table(&name).await? else {
+                continue;
+            };
+            let Some(mine) = current.downcast_ref::<UserTable>() else {
+                continue;
+            };
+            let stored = manifest
+                .user_table(&mine.name)
+                .map(|t| t.schema())
+                .transpose()
+                .map_err(store_error)?;
+            if stored.as_ref() != Some(&mine.schema) {
+                schema.deregister_table(&name)?;
+            }
         }
     }
     for table in &manifest.user_tables {
-        if schema.table_exist(&table.name) {
+        let (schema_name, bare) = match table.name.split_once('.') {
+            Some((schema, bare)) => (schema, bare),
+            None => ("public", table.name.as_str()),
+        };
+        let Some(schema) = catalog.schema(schema_name) else {
             continue;
+        };
+        if let Some(existing) = schema.table(bare).await? {
+            // A user table already, or a session's view of that name; in
+            // the scheduler's schemas, the placeholder of a table not yet
+            // written is replaced.
+            if existing.downcast_ref::<UserTable>().is_some() || schema_name == "public" {
+                continue;
+            }
+            schema.deregister_table(bare)?;
         }
         let provider = UserTable::new(
             store.clone(),
             &table.name,
             table.schema().map_err(store_error)?,
         );
-        schema.register_table(table.name.clone(), Arc::new(provider))?;
+        schema.register_table(bare.to_string(), Arc::new(provider))?;
+    }
+    if let Some(cron) = catalog.schema(CRON_SCHEMA) {
+        if manifest
+            .user_table(culprit_store::RUN_DETAILS_TABLE)
+            .is_none()
+        {
+            // No run yet: pg_cron's table, empty.
+            let details = culprit_store::run_details_schema();
+            cron.deregister_table("job_run_details")?;
+            cron.register_table(
+                "job_run_details".into(),
+                Arc::new(datafusion::datasource::MemTable::try_new(
+                    details,
+                    vec![vec![]],
+                )?),
+            )?;
+        }
+        cron.deregister_table("job")?;
+        cron.register_table("job".into(), Arc::new(jobs_table(&manifest.cron_jobs)?))?;
     }
     Ok(())
+}
+
+/// pg_cron's schema.
+pub const CRON_SCHEMA: &str = "cron";
+
+/// `cron.job`, with pg_cron's columns.
+fn jobs_table(jobs: &[culprit_store::CronJob]) -> Result<datafusion::datasource::MemTable> {
+    use datafusion::arrow::array::{ArrayRef, BooleanArray, Int32Array, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::DataType;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("jobid", DataType::Int64, false),
+        Field::new("schedule", DataType::Utf8, false),
+        Field::new("command", DataType::Utf8, false),
+        Field::new("nodename", DataType::Utf8, false),
+        Field::new("nodeport", DataType::Int32, false),
+        Field::new("database", DataType::Utf8, false),
+        Field::new("username", DataType::Utf8, false),
+        Field::new("active", DataType::Boolean, false),
+        Field::new("jobname", DataType::Utf8, false),
+    ]));
+    let text = |f: &dyn Fn(&culprit_store::CronJob) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(jobs.iter().map(f).collect::<Vec<_>>()))
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(
+            jobs.iter().map(|j| j.jobid).collect::<Vec<_>>(),
+        )),
+        text(&|j| j.schedule.clone()),
+        text(&|j| j.command.clone()),
+        text(&|_| "localhost".into()),
+        Arc::new(Int32Array::from(vec![0; jobs.len()])),
+        text(&|_| "culprit".into()),
+        text(&|j| j.username.clone()),
+        Arc::new(BooleanArray::from(
+            jobs.iter().map(|j| j.active).collect::<Vec<_>>(),
+        )),
+        text(&|j| j.jobname.clone()),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
 }
 
 /// What a user-table DDL statement did, for its command tag.
@@ -348,7 +440,21 @@ pub async fn run_user_ddl(
 ) -> Option<Result<DdlDone>> {
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if !create.temporary => {
+            if let Some(schema) = create.name.schema() {
+                if schema == CRON_SCHEMA || schema == culprit_store::REPORTS_SCHEMA {
+                    return Some(Err(store_error(StoreError::UserTable {
+                        table: create.name.to_string(),
+                        reason: "is the scheduler's: reports and their runs are written by \
+                                 the jobs of cron.schedule"
+                            .into(),
+                        code: UserTableProblem::Telemetry,
+                    })));
+                }
+            }
             let name = bare_name(&create.name)?;
+            if let Err(e) = culprit_store::check_user_table_name(name) {
+                return Some(Err(store_error(e)));
+            }
             Some(create_table(ctx, store, name, create).await)
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(DropTable {
@@ -463,6 +569,30 @@ pub async fn user_table_schema(ctx: &SessionContext, name: &str) -> Option<Schem
 pub async fn run_sql(ctx: &SessionContext, store: &Store, sql: &str) -> Result<Vec<RecordBatch>> {
     sync(ctx, store).await?;
     let plan = ctx.state().create_logical_plan(sql).await?;
+    run_plan(ctx, store, plan).await
+}
+
+/// Runs one parsed statement the same way (a scheduled report's).
+pub async fn run_statement(
+    ctx: &SessionContext,
+    store: &Store,
+    statement: datafusion::sql::sqlparser::ast::Statement,
+) -> Result<Vec<RecordBatch>> {
+    sync(ctx, store).await?;
+    let plan = ctx
+        .state()
+        .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+            statement,
+        )))
+        .await?;
+    run_plan(ctx, store, plan).await
+}
+
+async fn run_plan(
+    ctx: &SessionContext,
+    store: &Store,
+    plan: LogicalPlan,
+) -> Result<Vec<RecordBatch>> {
     if let Some(done) = run_user_ddl(ctx, store, &plan).await {
         done?;
         return Ok(vec![]);

@@ -51,6 +51,29 @@ pub struct Manifest {
     /// columns; their rows are the files whose `table` is the name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub user_tables: Vec<UserTable>,
+    /// Scheduled reports (`cron.schedule`), pg_cron's jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cron_jobs: Vec<CronJob>,
+}
+
+/// A scheduled report: pg_cron's `cron.job` row, and when it last ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CronJob {
+    pub jobid: i64,
+    pub jobname: String,
+    pub schedule: String,
+    pub command: String,
+    /// The user who scheduled it: every run has that user's rights.
+    pub username: String,
+    pub active: bool,
+    /// When it was scheduled (microseconds since the epoch, UTC).
+    pub created: i64,
+    /// The newest run's scheduled time, once it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scheduled: Option<i64>,
+    /// The last run id given (run ids count up across all jobs' runs).
+    #[serde(default)]
+    pub last_runid: i64,
 }
 
 /// A table of the users' own, stored like telemetry but with the columns
@@ -121,7 +144,7 @@ impl Manifest {
 
     /// The oldest format that holds this manifest.
     pub fn format_needed(&self) -> u32 {
-        if self.user_tables.is_empty() {
+        if self.user_tables.is_empty() && self.cron_jobs.is_empty() {
             1
         } else {
             2
@@ -141,6 +164,11 @@ impl Manifest {
     /// The user table of this name.
     pub fn user_table(&self, name: &str) -> Option<&UserTable> {
         self.user_tables.iter().find(|t| t.name == name)
+    }
+
+    /// The scheduled job of this name.
+    pub fn cron_job(&self, name: &str) -> Option<&CronJob> {
+        self.cron_jobs.iter().find(|j| j.jobname == name)
     }
 
     /// The files of a user table, oldest first.

@@ -16,7 +16,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use url::Url;
 
-use crate::manifest::{BatchInfo, DataFile, Manifest, SourceRecord, UserTable};
+use crate::manifest::{BatchInfo, CronJob, DataFile, Manifest, SourceRecord, UserTable};
 use crate::{paths, Result, StoreError, UserTableProblem};
 
 /// The store used when none is given: a directory beside the working directory.
@@ -218,6 +218,7 @@ impl Store {
             parts: BTreeMap::new(),
             task_buckets: std::collections::HashMap::new(),
             user_changes: Vec::new(),
+            job_changes: Vec::new(),
         }
     }
 
@@ -325,6 +326,8 @@ enum UserChange {
         if_not_exists: bool,
     },
     ReplaceRows(String),
+    /// These files of the table go.
+    Expire(String, Vec<String>),
     Drop {
         name: String,
         if_exists: bool,
@@ -332,6 +335,57 @@ enum UserChange {
     Append {
         table: UserTable,
     },
+}
+
+/// A change of the scheduled jobs, applied at commit.
+#[derive(Debug, Clone)]
+pub enum JobChange {
+    /// Adds a job (its `jobid` is given at commit), or changes the job of
+    /// that name.
+    Schedule(CronJob),
+    /// Removes the job of this name (or id).
+    Unschedule(String),
+    /// A run of the job: its time and id.
+    Ran {
+        jobid: i64,
+        scheduled_for: i64,
+        runid: i64,
+    },
+}
+
+/// The schema of the reports' history tables (`reports.<job>`).
+pub const REPORTS_SCHEMA: &str = "reports";
+/// pg_cron's table of runs.
+pub const RUN_DETAILS_TABLE: &str = "cron.job_run_details";
+
+/// The columns of `cron.job_run_details`, as pg_cron has them.
+pub fn run_details_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("jobid", DataType::Int64, true),
+        Field::new("runid", DataType::Int64, true),
+        Field::new("job_pid", DataType::Int32, true),
+        Field::new("database", DataType::Utf8, true),
+        Field::new("username", DataType::Utf8, true),
+        Field::new("command", DataType::Utf8, true),
+        Field::new("status", DataType::Utf8, true),
+        Field::new("return_message", DataType::Utf8, true),
+        Field::new("start_time", ts.clone(), true),
+        Field::new("end_time", ts, true),
+    ]))
+}
+
+/// A user table's name, or the name of a table the scheduler keeps
+/// (`reports.<job>`, `cron.job_run_details`), which only it writes.
+fn check_table_name(name: &str) -> Result<()> {
+    if name == RUN_DETAILS_TABLE {
+        return Ok(());
+    }
+    match name.strip_prefix("reports.") {
+        Some(job) => check_user_table_name(job),
+        None => check_user_table_name(name),
+    }
 }
 
 /// Checks a user table's name: lower-case letters, digits and `_`, not
@@ -378,6 +432,8 @@ pub fn check_user_table_name(name: &str) -> Result<()> {
 /// What a commit made visible.
 #[derive(Debug, Clone)]
 pub struct CommitInfo {
+    /// The id of the job a `JobChange::Schedule` made or changed.
+    pub job: Option<i64>,
     pub version: u64,
     pub batch: String,
     pub rows: BTreeMap<String, u64>,
@@ -394,6 +450,8 @@ pub struct PendingBatch {
     /// What the batch does to user tables, applied to the manifest it
     /// commits on (so a concurrent commit is checked again).
     user_changes: Vec<UserChange>,
+    /// What the batch does to scheduled jobs.
+    job_changes: Vec<JobChange>,
     /// The host bucket of every task this batch has seen, so that its
     /// window rows are written bucket by bucket.
     task_buckets: std::collections::HashMap<String, u32>,
@@ -607,7 +665,7 @@ impl PendingBatch {
         replace: bool,
         if_not_exists: bool,
     ) -> Result<()> {
-        check_user_table_name(name)?;
+        check_table_name(name)?;
         self.user_changes.push(UserChange::Create {
             table: UserTable::new(name, schema, &self.id),
             replace,
@@ -626,7 +684,7 @@ impl PendingBatch {
     /// Drops user table `name` (its rows too) when the batch commits; a
     /// missing table is an error unless `if_exists`.
     pub fn drop_user_table(&mut self, name: &str, if_exists: bool) -> Result<()> {
-        check_user_table_name(name)?;
+        check_table_name(name)?;
         self.user_changes.push(UserChange::Drop {
             name: name.to_string(),
             if_exists,
@@ -644,15 +702,91 @@ impl PendingBatch {
         schema: &arrow::datatypes::SchemaRef,
         batches: &[RecordBatch],
     ) -> Result<()> {
-        check_user_table_name(name)?;
+        check_table_name(name)?;
         self.user_changes.push(UserChange::Append {
             table: UserTable::new(name, schema, &self.id),
         });
         let id = self.id.clone();
+        let folder = name.replace('.', "/");
         self.write_parquet(name, schema, batches, None, |part| {
-            paths::user_data_file(name, &id, part)
+            paths::user_data_file(&folder, &id, part)
         })
         .await
+    }
+
+    /// Changes a scheduled job when the batch commits.
+    pub fn change_job(&mut self, change: JobChange) {
+        self.job_changes.push(change);
+    }
+
+    /// Drops these files of a table when the batch commits (the expired
+    /// history of a report).
+    pub fn expire_files(&mut self, table: &str, paths: Vec<String>) {
+        self.user_changes
+            .push(UserChange::Expire(table.to_string(), paths));
+    }
+
+    /// Applies the batch's job changes; the job id a `Schedule` got.
+    fn apply_job_changes(&self, manifest: &mut Manifest) -> Result<Option<i64>> {
+        let missing = |name: &str| StoreError::UserTable {
+            table: format!("cron job {name}"),
+            reason: "does not exist".into(),
+            code: UserTableProblem::Missing,
+        };
+        let mut id = None;
+        for change in &self.job_changes {
+            match change {
+                JobChange::Schedule(job) => {
+                    // pg_cron: scheduling a name again changes that job.
+                    if let Some(old) = manifest
+                        .cron_jobs
+                        .iter_mut()
+                        .find(|j| j.jobname == job.jobname)
+                    {
+                        old.schedule = job.schedule.clone();
+                        old.command = job.command.clone();
+                        old.username = job.username.clone();
+                        old.active = true;
+                        id = Some(old.jobid);
+                    } else {
+                        let jobid = manifest
+                            .cron_jobs
+                            .iter()
+                            .map(|j| j.jobid)
+                            .max()
+                            .unwrap_or(0)
+                            + 1;
+                        let mut job = job.clone();
+                        job.jobid = jobid;
+                        manifest.cron_jobs.push(job);
+                        id = Some(jobid);
+                    }
+                }
+                JobChange::Unschedule(name) => {
+                    let before = manifest.cron_jobs.len();
+                    manifest
+                        .cron_jobs
+                        .retain(|j| &j.jobname != name && j.jobid.to_string() != *name);
+                    if manifest.cron_jobs.len() == before {
+                        return Err(missing(name));
+                    }
+                }
+                JobChange::Ran {
+                    jobid,
+                    scheduled_for,
+                    runid,
+                } => {
+                    if let Some(job) = manifest.cron_jobs.iter_mut().find(|j| j.jobid == *jobid) {
+                        job.last_scheduled = Some(
+                            job.last_scheduled
+                                .map_or(*scheduled_for, |t| t.max(*scheduled_for)),
+                        );
+                        job.last_runid = job.last_runid.max(*runid);
+                    }
+                }
+            }
+        }
+        Ok(id)
     }
 
     /// Applies the batch's user-table changes to `manifest`; returns the
@@ -695,6 +829,14 @@ impl PendingBatch {
                     manifest.user_tables.push(table.clone());
                 }
                 UserChange::ReplaceRows(name) => drop_rows(manifest, name, &mut gone),
+                UserChange::Expire(name, paths) => {
+                    let (old, keep): (Vec<DataFile>, Vec<DataFile>) =
+                        std::mem::take(&mut manifest.files)
+                            .into_iter()
+                            .partition(|f| &f.table == name && paths.contains(&f.path));
+                    manifest.files = keep;
+                    gone.extend(old);
+                }
                 UserChange::Drop { name, if_exists } => {
                     if manifest.user_table(name).is_none() {
                         if *if_exists {
@@ -771,6 +913,7 @@ impl PendingBatch {
             manifest.version = version;
             manifest.files.extend(self.files.iter().cloned());
             let gone = self.apply_user_changes(&mut manifest)?;
+            let job = self.apply_job_changes(&mut manifest)?;
             manifest.format = manifest.format_needed();
             manifest.sources.extend(
                 self.sources
@@ -800,6 +943,7 @@ impl PendingBatch {
                 Ok(_) => {
                     self.remove_unlisted(&gone).await;
                     return Ok(CommitInfo {
+                        job,
                         version,
                         batch: self.id.clone(),
                         rows,
