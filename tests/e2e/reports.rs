@@ -187,17 +187,64 @@ async fn scheduled_reports_run_fail_and_survive_a_restart() {
             &["-c", "SELECT cron.unschedule('broken')"],
         ),
         "unscheduling a missing job",
-        &["does not exist"],
+        &["42P01", "no scheduled job"],
     );
-    // Reports are the scheduler's: no CREATE TABLE in its schemas.
+    // Job ids are never reused.
+    let again = rows(
+        addr,
+        Some(WRITER),
+        "SELECT cron.schedule('again', '0 7 * * *', $$SELECT 1 AS one$$)",
+    );
+    assert!(
+        again[0][0].parse::<i64>().unwrap() > broken.parse::<i64>().unwrap(),
+        "a new job reuses an old id: {again:?}"
+    );
+    // A job may not schedule jobs.
     refused(
         &psql_as(
             addr,
             Some(WRITER),
-            &["-c", "CREATE TABLE reports.fake (a int)"],
+            &[
+                "-c",
+                "SELECT cron.schedule('nest', '0 7 * * *', $$SELECT cron.unschedule('top')$$)",
+            ],
         ),
-        "a table in reports",
-        &["scheduler"],
+        "a job that schedules",
+        &["22023", "may not schedule"],
+    );
+    // Reports are the scheduler's: no CREATE TABLE, INSERT, TRUNCATE or
+    // DROP TABLE in its schemas.
+    for sql in [
+        "CREATE TABLE reports.fake (a int)",
+        "INSERT INTO reports.top (culprit_query) VALUES ('x')",
+        "TRUNCATE reports.top",
+        "DROP TABLE reports.top",
+        "INSERT INTO cron.job_run_details (jobid) VALUES (1)",
+    ] {
+        refused(
+            &psql_as(addr, Some(WRITER), &["-c", sql]),
+            sql,
+            &["42809", "scheduler"],
+        );
+    }
+    assert!(count(addr, Some(READER), "SELECT count(*) FROM reports.top") >= direct.len());
+    // NOT NULL holds on INSERT too (23502).
+    ok(
+        &psql_as(
+            addr,
+            Some(WRITER),
+            &["-c", "CREATE TABLE nn (a bigint NOT NULL, b text)"],
+        ),
+        "CREATE TABLE nn",
+    );
+    refused(
+        &psql_as(
+            addr,
+            Some(WRITER),
+            &["-c", "INSERT INTO nn VALUES (NULL, 'x')"],
+        ),
+        "a NULL into a NOT NULL column",
+        &["23502"],
     );
     server.abort();
     let _ = server.await;

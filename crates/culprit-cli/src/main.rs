@@ -57,11 +57,12 @@ struct ServerArgs {
     /// Memory for one query, in MiB (0: unlimited); a query needing more fails with 53200.
     #[arg(long, default_value_t = 0, value_parser = limits::query_memory_mb)]
     query_memory_mb: usize,
-    /// Seconds a scheduled report's run may take before it fails.
+    /// Seconds a scheduled report's run may take before it fails (0: no limit).
     #[arg(long, default_value_t = 300.0, value_parser = limits::statement_timeout)]
     report_timeout: f64,
-    /// Days of report history (`reports.<job>` rows, `cron.job_run_details`) kept (0: forever).
-    #[arg(long, default_value_t = 30)]
+    /// Days of report history (`reports.<job>` rows, `cron.job_run_details`) kept
+    /// (0: forever; at most 36500).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=36500))]
     report_retention_days: u32,
 }
 
@@ -87,13 +88,22 @@ impl ServerArgs {
             query_memory: (self.query_memory_mb > 0)
                 .then_some(self.query_memory_mb.saturating_mul(1 << 20)),
             reports: culprit_server::reports::ReportOptions {
-                timeout: std::time::Duration::from_secs_f64(self.report_timeout.max(0.001)),
+                timeout: report_timeout(self.report_timeout),
                 retention: (self.report_retention_days > 0).then(|| {
                     std::time::Duration::from_secs(u64::from(self.report_retention_days) * 86_400)
                 }),
                 memory: None,
             },
         })
+    }
+}
+
+/// A report run's timeout from seconds (0: none, i.e. a century).
+fn report_timeout(seconds: f64) -> std::time::Duration {
+    if seconds > 0.0 {
+        std::time::Duration::from_secs_f64(seconds)
+    } else {
+        std::time::Duration::from_secs(100 * 365 * 86_400)
     }
 }
 
@@ -107,9 +117,12 @@ enum ReportCommand {
         /// The users file giving the job's user its role (as `culprit serve --users`).
         #[arg(long, env = "CULPRIT_USERS")]
         users: Option<std::path::PathBuf>,
-        /// Seconds the run may take.
+        /// Seconds the run may take (0: no limit).
         #[arg(long, default_value_t = 300.0, value_parser = limits::statement_timeout)]
         timeout: f64,
+        /// Days of report history kept (0: forever; at most 36500), as `serve --report-retention-days`.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=36500))]
+        retention_days: u32,
         /// The job's name (cron.job.jobname).
         name: String,
     },
@@ -347,6 +360,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                     store,
                     users,
                     timeout,
+                    retention_days,
                     name,
                 },
         } => {
@@ -362,8 +376,10 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             let gate = culprit_server::Gate::new(users);
             let engine = std::sync::Arc::new(culprit_sql::Engine::new(store.clone()));
             let opts = culprit_server::reports::ReportOptions {
-                timeout: std::time::Duration::from_secs_f64(timeout.max(0.001)),
-                ..Default::default()
+                timeout: report_timeout(timeout),
+                retention: (retention_days > 0)
+                    .then(|| std::time::Duration::from_secs(u64::from(retention_days) * 86_400)),
+                memory: None,
             };
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -220,12 +220,12 @@ impl Pipeline {
                 .await
                 .map(Some),
                 crate::reports::CronCall::Unschedule(name) => {
-                    crate::reports::unschedule(&self.store, name)
+                    crate::reports::unschedule(&self.store, name, &user)
                         .await
                         .map(|_| None)
                 }
             }
-            .map_err(|e| copy_error(sqlstate::INVALID_PARAMETER_VALUE, &e))?;
+            .map_err(|e| copy_error(e.code, &e.message))?;
             let df = self.cron_answer(&call, Some(value))?;
             let options = FormatOptions::from_client_metadata(client.metadata());
             return self

@@ -54,6 +54,12 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
         DataFusionError::NotImplemented(_) => FEATURE_NOT_SUPPORTED,
         DataFusionError::ResourcesExhausted(_) => OUT_OF_MEMORY,
         DataFusionError::ArrowError(ae, _) => match ae.as_ref() {
+            // An INSERT of a NULL into a NOT NULL column of a user table.
+            datafusion::arrow::error::ArrowError::InvalidArgumentError(m)
+                if m.contains("non-nullable") =>
+            {
+                NOT_NULL_VIOLATION
+            }
             datafusion::arrow::error::ArrowError::DivideByZero => DIVISION_BY_ZERO,
             datafusion::arrow::error::ArrowError::CastError(_)
             | datafusion::arrow::error::ArrowError::ParseError(_) => INVALID_TEXT_REPRESENTATION,
@@ -100,7 +106,7 @@ fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'stati
     }
 }
 
-fn store_code(e: &StoreError) -> &'static str {
+pub(crate) fn store_code(e: &StoreError) -> &'static str {
     match e {
         // A data file the store did not write (or an older layout).
         StoreError::ForeignSchema { .. } => DATA_CORRUPTED,
@@ -111,6 +117,7 @@ fn store_code(e: &StoreError) -> &'static str {
             UserTableProblem::Invalid => INVALID_NAME,
             UserTableProblem::NotNull => NOT_NULL_VIOLATION,
             UserTableProblem::Mismatch => DATATYPE_MISMATCH,
+            UserTableProblem::NotOwner => INSUFFICIENT_PRIVILEGE,
         },
         _ => IO_ERROR,
     }

@@ -52,6 +52,15 @@ pub struct UserTable {
 }
 
 impl UserTable {
+    /// The scheduler's tables (`reports.<job>`, `cron.job_run_details`)
+    /// are written by its runs only.
+    fn writable(&self) -> Result<()> {
+        if self.name.contains('.') {
+            return Err(scheduler_only(&self.name));
+        }
+        Ok(())
+    }
+
     pub fn new(store: Store, name: &str, schema: SchemaRef) -> UserTable {
         UserTable {
             store,
@@ -113,6 +122,7 @@ impl TableProvider for UserTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.writable()?;
         let sink = UserSink {
             store: self.store.clone(),
             name: self.name.clone(),
@@ -123,6 +133,7 @@ impl TableProvider for UserTable {
     }
 
     async fn truncate(&self, _state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        self.writable()?;
         let sink = UserSink {
             store: self.store.clone(),
             name: self.name.clone(),
@@ -287,7 +298,8 @@ pub async fn sync(ctx: &SessionContext, store: &Store) -> Result<()> {
         return Ok(());
     };
     // The scheduler's tables: `cron.job`, `cron.job_run_details`, and
-    // the reports' history `reports.<job>` (read-only to SQL).
+    // the reports' history `reports.<job>` (written by its runs only:
+    // `UserTable::writable`, `run_user_ddl`).
     for name in [CRON_SCHEMA, culprit_store::REPORTS_SCHEMA] {
         if catalog.schema(name).is_none() {
             catalog.register_schema(
@@ -421,6 +433,16 @@ fn bare_name(name: &TableReference) -> Option<&str> {
     (schema_ok && catalog_ok).then(|| name.table())
 }
 
+fn scheduler_only(name: &str) -> DataFusionError {
+    store_error(StoreError::UserTable {
+        table: name.to_string(),
+        reason: "is the scheduler's: reports and their runs are written by the jobs of \
+                 cron.schedule (cron.unschedule stops a job; its history stays)"
+            .into(),
+        code: UserTableProblem::Telemetry,
+    })
+}
+
 fn telemetry(name: &str) -> DataFusionError {
     store_error(StoreError::UserTable {
         table: name.to_string(),
@@ -442,13 +464,7 @@ pub async fn run_user_ddl(
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if !create.temporary => {
             if let Some(schema) = create.name.schema() {
                 if schema == CRON_SCHEMA || schema == culprit_store::REPORTS_SCHEMA {
-                    return Some(Err(store_error(StoreError::UserTable {
-                        table: create.name.to_string(),
-                        reason: "is the scheduler's: reports and their runs are written by \
-                                 the jobs of cron.schedule"
-                            .into(),
-                        code: UserTableProblem::Telemetry,
-                    })));
+                    return Some(Err(scheduler_only(&create.name.to_string())));
                 }
             }
             let name = bare_name(&create.name)?;
@@ -460,6 +476,11 @@ pub async fn run_user_ddl(
         LogicalPlan::Ddl(DdlStatement::DropTable(DropTable {
             name, if_exists, ..
         })) => {
+            if let Some(schema) = name.schema() {
+                if schema == CRON_SCHEMA || schema == culprit_store::REPORTS_SCHEMA {
+                    return Some(Err(scheduler_only(&name.to_string())));
+                }
+            }
             let name = bare_name(name)?;
             if name.parse::<Table>().is_ok() {
                 return Some(Err(telemetry(name)));

@@ -58,6 +58,8 @@ pub enum UserTableProblem {
     NotNull,
     /// Rows or columns that do not fit the table (42804).
     Mismatch,
+    /// Another user's scheduled job (42501).
+    NotOwner,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -54,6 +54,13 @@ pub struct Manifest {
     /// Scheduled reports (`cron.schedule`), pg_cron's jobs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cron_jobs: Vec<CronJob>,
+    /// The highest job id ever given (ids are never reused).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub last_jobid: i64,
+}
+
+fn is_zero(x: &i64) -> bool {
+    *x == 0
 }
 
 /// A scheduled report: pg_cron's `cron.job` row, and when it last ran.
@@ -71,7 +78,7 @@ pub struct CronJob {
     /// The newest run's scheduled time, once it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scheduled: Option<i64>,
-    /// The last run id given (run ids count up across all jobs' runs).
+    /// The newest run's id (a run's id is its start time in microseconds).
     #[serde(default)]
     pub last_runid: i64,
 }

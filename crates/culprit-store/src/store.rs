@@ -343,8 +343,9 @@ pub enum JobChange {
     /// Adds a job (its `jobid` is given at commit), or changes the job of
     /// that name.
     Schedule(CronJob),
-    /// Removes the job of this name (or id).
-    Unschedule(String),
+    /// Removes the job of this name (or id), as this user (only its owner
+    /// may).
+    Unschedule { job: String, user: String },
     /// A run of the job: its time and id.
     Ran {
         jobid: i64,
@@ -729,9 +730,14 @@ impl PendingBatch {
     /// Applies the batch's job changes; the job id a `Schedule` got.
     fn apply_job_changes(&self, manifest: &mut Manifest) -> Result<Option<i64>> {
         let missing = |name: &str| StoreError::UserTable {
-            table: format!("cron job {name}"),
-            reason: "does not exist".into(),
+            table: format!("(job) {name}"),
+            reason: "no scheduled job has this name or id".into(),
             code: UserTableProblem::Missing,
+        };
+        let not_owner = |name: &str, owner: &str| StoreError::UserTable {
+            table: format!("(job) {name}"),
+            reason: format!("is scheduled by {owner}: only that user may change or unschedule it"),
+            code: UserTableProblem::NotOwner,
         };
         let mut id = None;
         for change in &self.job_changes {
@@ -743,33 +749,44 @@ impl PendingBatch {
                         .iter_mut()
                         .find(|j| j.jobname == job.jobname)
                     {
+                        if old.username != job.username {
+                            return Err(not_owner(&old.jobname, &old.username));
+                        }
                         old.schedule = job.schedule.clone();
                         old.command = job.command.clone();
-                        old.username = job.username.clone();
                         old.active = true;
+                        // The new schedule counts from now.
+                        old.created = job.created;
+                        old.last_scheduled = None;
                         id = Some(old.jobid);
                     } else {
-                        let jobid = manifest
+                        let highest = manifest
                             .cron_jobs
                             .iter()
                             .map(|j| j.jobid)
                             .max()
-                            .unwrap_or(0)
-                            + 1;
+                            .unwrap_or(0);
+                        let jobid = highest.max(manifest.last_jobid) + 1;
+                        manifest.last_jobid = jobid;
                         let mut job = job.clone();
                         job.jobid = jobid;
                         manifest.cron_jobs.push(job);
                         id = Some(jobid);
                     }
                 }
-                JobChange::Unschedule(name) => {
-                    let before = manifest.cron_jobs.len();
-                    manifest
+                JobChange::Unschedule { job, user } => {
+                    let Some(found) = manifest
                         .cron_jobs
-                        .retain(|j| &j.jobname != name && j.jobid.to_string() != *name);
-                    if manifest.cron_jobs.len() == before {
-                        return Err(missing(name));
+                        .iter()
+                        .find(|j| &j.jobname == job || j.jobid.to_string() == *job)
+                    else {
+                        return Err(missing(job));
+                    };
+                    if &found.username != user {
+                        return Err(not_owner(&found.jobname, &found.username));
                     }
+                    let jobid = found.jobid;
+                    manifest.cron_jobs.retain(|j| j.jobid != jobid);
                 }
                 JobChange::Ran {
                     jobid,

@@ -160,6 +160,31 @@ fn time(us: i64) -> DateTime<Utc> {
     Utc.timestamp_micros(us).single().unwrap_or_default()
 }
 
+/// Why a pg_cron call failed, with its SQLSTATE.
+#[derive(Debug, Clone)]
+pub struct CronError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl From<String> for CronError {
+    fn from(message: String) -> CronError {
+        CronError {
+            code: crate::sqlstate::INVALID_PARAMETER_VALUE,
+            message,
+        }
+    }
+}
+
+impl From<culprit_store::StoreError> for CronError {
+    fn from(e: culprit_store::StoreError) -> CronError {
+        CronError {
+            code: crate::sqlstate::store_code(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
 /// Schedules (or reschedules) a job as `user`; its id.
 pub async fn schedule(
     store: &Store,
@@ -168,13 +193,20 @@ pub async fn schedule(
     command: &str,
     user: &str,
     gate: &Gate,
-) -> Result<i64, String> {
+) -> Result<i64, CronError> {
     culprit_store::check_user_table_name(name).map_err(|e| format!("job name: {e}"))?;
     Schedule::parse(schedule)?;
     // The command must pass the gate for its user now, not only at its
     // first run.
-    gate.admit(command, user)
+    let statements = gate
+        .admit(command, user)
         .map_err(|e| format!("the job's command is refused: {e}"))?;
+    if statements.is_empty() {
+        return Err(String::from("the job's command is empty").into());
+    }
+    if statements.iter().any(|s| cron_call(s).is_some()) {
+        return Err(String::from("a job's command may not schedule jobs").into());
+    }
     let mut batch = store.begin();
     batch.change_job(JobChange::Schedule(CronJob {
         jobid: 0,
@@ -187,15 +219,20 @@ pub async fn schedule(
         last_scheduled: None,
         last_runid: 0,
     }));
-    let info = batch.commit().await.map_err(|e| e.to_string())?;
-    info.job.ok_or_else(|| "the job was not stored".to_string())
+    let info = batch.commit().await?;
+    info.job
+        .ok_or_else(|| String::from("the job was not stored").into())
 }
 
-/// Removes a job (by name or id); its history stays.
-pub async fn unschedule(store: &Store, name: &str) -> Result<(), String> {
+/// Removes a job (by name or id) of `user`; its history stays.
+pub async fn unschedule(store: &Store, name: &str, user: &str) -> Result<(), CronError> {
     let mut batch = store.begin();
-    batch.change_job(JobChange::Unschedule(name.to_string()));
-    batch.commit().await.map(|_| ()).map_err(|e| e.to_string())
+    batch.change_job(JobChange::Unschedule {
+        job: name.to_string(),
+        user: user.to_string(),
+    });
+    batch.commit().await?;
+    Ok(())
 }
 
 /// How a run ended.
@@ -261,6 +298,16 @@ fn history(
             Field::new(f.name(), t, true)
         })
         .collect();
+    if let Some(f) = fields
+        .iter()
+        .find(|f| f.name() == "run_id" || f.name() == "scheduled_for")
+    {
+        return Err(format!(
+            "the result has a column named {}, which the history table adds itself \
+             (rename it in the job's query)",
+            f.name()
+        ));
+    }
     fields.push(Field::new("run_id", DataType::Int64, true));
     fields.push(Field::new("scheduled_for", ts.clone(), true));
     let schema = Arc::new(Schema::new(fields));
