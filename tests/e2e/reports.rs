@@ -173,6 +173,16 @@ async fn scheduled_reports_run_fail_and_survive_a_restart() {
     );
 
     // Unschedule: the job goes, its history stays.
+    // A reader may not unschedule.
+    refused(
+        &psql_as(
+            addr,
+            Some(READER),
+            &["-c", "SELECT cron.unschedule('broken')"],
+        ),
+        "a reader unschedules",
+        &["42501"],
+    );
     let gone = rows(addr, Some(WRITER), "SELECT cron.unschedule('broken')");
     assert_eq!(gone, vec![vec!["t".to_string()]]);
     assert_eq!(
