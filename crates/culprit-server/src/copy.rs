@@ -17,7 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::{BufMut, Bytes, BytesMut};
 use culprit_store::PendingBatch;
-use datafusion::arrow::array::{new_null_array, ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::array::{new_null_array, Array, ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::DataFrame;
@@ -617,8 +617,6 @@ impl CopyIn {
             .map_err(|e| error(sqlstate::INTERNAL_ERROR, e.to_string()))
     }
 }
-
-use datafusion::arrow::array::Array;
 
 /// Text format records: one per line (`\n`, a trailing `\r` dropped).
 /// Returns the records and the bytes they used.

@@ -366,12 +366,10 @@ impl Pipeline {
                     ));
                 };
                 let name = copy::table_name(table_name)?;
-                if let Err(e) = culprit_store::check_user_table_name(&name) {
-                    if name.parse::<culprit_core::Table>().is_ok() {
-                        return Err(api_error(datafusion::error::DataFusionError::External(
-                            Box::new(e),
-                        )));
-                    }
+                if name.parse::<culprit_core::Table>().is_ok() {
+                    return Err(api_error(datafusion::error::DataFusionError::External(
+                        Box::new(culprit_store::telemetry_refusal(&name)),
+                    )));
                 }
                 user_tables::sync(&self.ctx, &self.store)
                     .await

@@ -53,11 +53,7 @@ impl TableProvider for StoreTable {
         _insert_op: datafusion::logical_expr::dml::InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Err(DataFusionError::External(Box::new(
-            culprit_store::StoreError::UserTable {
-                table: self.table.name().to_string(),
-                reason: "is a telemetry table: it changes only through `culprit ingest`".into(),
-                code: culprit_store::UserTableProblem::Telemetry,
-            },
+            culprit_store::telemetry_refusal(self.table.name()),
         )))
     }
 
@@ -82,24 +78,47 @@ impl TableProvider for StoreTable {
             .manifest()
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let urls = manifest
-            .files_of(self.table)
-            .map(|f| ListingTableUrl::parse(self.store.file_url(&f.path)))
-            .collect::<Result<Vec<_>>>()?;
-        if urls.is_empty() {
-            let schema = match projection {
-                Some(p) => Arc::new(self.schema().project(p)?),
-                None => self.schema(),
-            };
-            return Ok(Arc::new(EmptyExec::new(schema)));
-        }
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new_with_multi_paths(urls)
-            .with_listing_options(options)
-            .with_schema(self.schema());
-        ListingTable::try_new(config)?
-            .scan(state, projection, filters, limit)
-            .await
+        let paths = manifest.files_of(self.table).map(|f| f.path.as_str());
+        scan_files(
+            &self.store,
+            paths,
+            self.schema(),
+            state,
+            projection,
+            filters,
+            limit,
+        )
+        .await
     }
+}
+
+/// A scan of some of the store's Parquet files (relative paths) as one
+/// table of `schema`: nothing to read is an empty scan.
+pub(crate) async fn scan_files<'a>(
+    store: &Store,
+    paths: impl Iterator<Item = &'a str>,
+    schema: SchemaRef,
+    state: &dyn Session,
+    projection: Option<&Vec<usize>>,
+    filters: &[Expr],
+    limit: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let urls = paths
+        .map(|p| ListingTableUrl::parse(store.file_url(p)))
+        .collect::<Result<Vec<_>>>()?;
+    if urls.is_empty() {
+        let schema = match projection {
+            Some(p) => Arc::new(schema.project(p)?),
+            None => schema,
+        };
+        return Ok(Arc::new(EmptyExec::new(schema)));
+    }
+    let options =
+        ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config = ListingTableConfig::new_with_multi_paths(urls)
+        .with_listing_options(options)
+        .with_schema(schema);
+    ListingTable::try_new(config)?
+        .scan(state, projection, filters, limit)
+        .await
 }

@@ -20,10 +20,6 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{DataFusionError, Result, TableReference};
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
@@ -95,25 +91,17 @@ impl TableProvider for UserTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let manifest = self.store.manifest().await.map_err(store_error)?;
-        let urls = manifest
-            .files_of_user(&self.name)
-            .map(|f| ListingTableUrl::parse(self.store.file_url(&f.path)))
-            .collect::<Result<Vec<_>>>()?;
-        if urls.is_empty() {
-            let schema = match projection {
-                Some(p) => Arc::new(self.schema.project(p)?),
-                None => self.schema.clone(),
-            };
-            return Ok(Arc::new(EmptyExec::new(schema)));
-        }
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new_with_multi_paths(urls)
-            .with_listing_options(options)
-            .with_schema(self.schema.clone());
-        ListingTable::try_new(config)?
-            .scan(state, projection, filters, limit)
-            .await
+        let paths = manifest.files_of_user(&self.name).map(|f| f.path.as_str());
+        crate::table::scan_files(
+            &self.store,
+            paths,
+            self.schema.clone(),
+            state,
+            projection,
+            filters,
+            limit,
+        )
+        .await
     }
 
     async fn insert_into(
@@ -444,11 +432,7 @@ fn scheduler_only(name: &str) -> DataFusionError {
 }
 
 fn telemetry(name: &str) -> DataFusionError {
-    store_error(StoreError::UserTable {
-        table: name.to_string(),
-        reason: "is a telemetry table: it changes only through `culprit ingest`".into(),
-        code: UserTableProblem::Telemetry,
-    })
+    store_error(culprit_store::telemetry_refusal(name))
 }
 
 /// Runs `CREATE TABLE` (declared or `AS` a query) and `DROP TABLE` of user

@@ -389,6 +389,16 @@ fn check_table_name(name: &str) -> Result<()> {
     }
 }
 
+/// The refusal of a change to telemetry table `name` by SQL: telemetry
+/// changes only through ingest.
+pub fn telemetry_refusal(name: &str) -> StoreError {
+    StoreError::UserTable {
+        table: name.to_string(),
+        reason: "is a telemetry table: it changes only through `culprit ingest`".into(),
+        code: UserTableProblem::Telemetry,
+    }
+}
+
 /// Checks a user table's name: lower-case letters, digits and `_`, not
 /// starting with a digit, at most 63 bytes (PostgreSQL's identifiers, as
 /// clients write them unquoted), not a telemetry table nor a reserved
@@ -400,12 +410,7 @@ pub fn check_user_table_name(name: &str) -> Result<()> {
         code,
     };
     if name.parse::<Table>().is_ok() {
-        return Err(bad(
-            UserTableProblem::Telemetry,
-            "is a telemetry table: it changes only through `culprit ingest`, and cannot be \
-             created, written or dropped as a user table"
-                .into(),
-        ));
+        return Err(telemetry_refusal(name));
     }
     let valid = !name.is_empty()
         && name.len() <= 63

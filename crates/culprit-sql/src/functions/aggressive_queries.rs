@@ -2,7 +2,8 @@
 //! their DOR over the other queries they slowed (000 appendix E, use-case
 //! "aggressive queries"; method.md section 6).
 
-use culprit_core::method::BlameOptions;
+use culprit_core::method::usecases::Aggressor;
+use culprit_core::method::{BlameOptions, Dataset};
 use culprit_engine::Snapshot;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
@@ -22,12 +23,7 @@ impl TableFunction for AggressiveQueries {
         "aggressive_queries([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
 
     fn schema() -> SchemaRef {
-        schema(&[
-            ("culprit_query", Ty::Text),
-            ("blame_seconds", Ty::Float),
-            ("dor_sum", Ty::Float),
-            ("victims", Ty::Int),
-        ])
+        schema(&AGGRESSOR_COLUMNS)
     }
 
     fn plan(args: &Args) -> Result<Self> {
@@ -42,14 +38,28 @@ impl TableFunction for AggressiveQueries {
             .aggressive_queries(&self.opts)
             .map_err(in_function(Self::NAME))?;
         let mut out = Out::new(Self::schema(), rows.len());
-        for r in rows {
-            out.row(vec![
-                Cell::S(Some(ds.queries.name(r.query))),
-                Cell::F(Some(r.seconds)),
-                Cell::F(Some(r.dor_sum)),
-                Cell::I(Some(r.victims as i64)),
-            ]);
+        for r in &rows {
+            out.row(aggressor_cells(ds, r));
         }
         out.finish().map(Rows::one)
     }
+}
+
+/// The columns of one aggressor row (also `aggressive_queries_series`'s,
+/// after its window).
+pub(super) const AGGRESSOR_COLUMNS: [(&str, Ty); 4] = [
+    ("culprit_query", Ty::Text),
+    ("blame_seconds", Ty::Float),
+    ("dor_sum", Ty::Float),
+    ("victims", Ty::Int),
+];
+
+/// The cells of one aggressor row, in [`AGGRESSOR_COLUMNS`]' order.
+pub(super) fn aggressor_cells<'a>(ds: &'a Dataset, r: &Aggressor) -> Vec<Cell<'a>> {
+    vec![
+        Cell::S(Some(ds.queries.name(r.query))),
+        Cell::F(Some(r.seconds)),
+        Cell::F(Some(r.dor_sum)),
+        Cell::I(Some(r.victims as i64)),
+    ]
 }

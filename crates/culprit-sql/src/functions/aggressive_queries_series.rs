@@ -9,8 +9,9 @@ use culprit_engine::Snapshot;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
+use super::aggressive_queries::{aggressor_cells, AGGRESSOR_COLUMNS};
 use super::args::Args;
-use super::rows::{schema, Cell, Out, Ty};
+use super::rows::{schema, Cell, Out, WINDOW_COLUMNS};
 use super::table_function::{Rows, TableFunction};
 use crate::error::in_function;
 
@@ -24,14 +25,9 @@ impl TableFunction for AggressiveQueriesSeries {
     const SIGNATURE: &'static str = "aggressive_queries_series(from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
 
     fn schema() -> SchemaRef {
-        schema(&[
-            ("window_start", Ty::Time),
-            ("window_end", Ty::Time),
-            ("culprit_query", Ty::Text),
-            ("blame_seconds", Ty::Float),
-            ("dor_sum", Ty::Float),
-            ("victims", Ty::Int),
-        ])
+        let mut columns = WINDOW_COLUMNS.to_vec();
+        columns.extend(AGGRESSOR_COLUMNS);
+        schema(&columns)
     }
 
     fn plan(args: &Args) -> Result<Self> {
@@ -49,15 +45,10 @@ impl TableFunction for AggressiveQueriesSeries {
         let n = series.iter().map(|(_, rows)| rows.len()).sum();
         let mut out = Out::new(Self::schema(), n);
         for ((from, to), rows) in series {
-            for r in rows {
-                out.row(vec![
-                    Cell::T(Some(from)),
-                    Cell::T(Some(to)),
-                    Cell::S(Some(ds.queries.name(r.query))),
-                    Cell::F(Some(r.seconds)),
-                    Cell::F(Some(r.dor_sum)),
-                    Cell::I(Some(r.victims as i64)),
-                ]);
+            for r in &rows {
+                let mut cells = vec![Cell::T(Some(from)), Cell::T(Some(to))];
+                cells.extend(aggressor_cells(ds, r));
+                out.row(cells);
             }
         }
         out.finish().map(Rows::one)

@@ -4,7 +4,8 @@
 //! §4.2, §6.1). Queries that only overlapped the victim are listed with 0
 //! seconds, so overlap's misleads show.
 
-use culprit_core::method::BlameOptions;
+use culprit_core::method::usecases::CulpritRow;
+use culprit_core::method::{BlameOptions, Dataset};
 use culprit_engine::Snapshot;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
@@ -38,29 +39,38 @@ impl TableFunction for Culprits {
             .culprits(&self.opts)
             .map_err(in_function(Self::NAME))?;
         let mut out = Out::new(culprits_schema(), rows.len());
-        for r in rows {
-            out.row(vec![
-                Cell::S(Some(ds.queries.name(r.victim))),
-                Cell::S(Some(r.kind.name())),
-                Cell::S(r.culprit_query.map(|q| ds.queries.name(q))),
-                Cell::F(Some(r.seconds)),
-                Cell::F(r.dor),
-                Cell::F(r.naive_overlap),
-                Cell::F(r.deep_overlap),
-            ]);
+        for r in &rows {
+            out.row(culprit_cells(ds, r));
         }
         out.finish().map(Rows::one)
     }
 }
 
 fn culprits_schema() -> SchemaRef {
-    schema(&[
-        ("victim_query", Ty::Text),
-        ("culprit_kind", Ty::Text),
-        ("culprit_query", Ty::Text),
-        ("blame_seconds", Ty::Float),
-        ("dor", Ty::Float),
-        ("naive_overlap_seconds", Ty::Float),
-        ("deep_overlap_seconds", Ty::Float),
-    ])
+    schema(&CULPRIT_COLUMNS)
+}
+
+/// The columns of one culprit row (also `culprits_series`'s, after its
+/// window).
+pub(super) const CULPRIT_COLUMNS: [(&str, Ty); 7] = [
+    ("victim_query", Ty::Text),
+    ("culprit_kind", Ty::Text),
+    ("culprit_query", Ty::Text),
+    ("blame_seconds", Ty::Float),
+    ("dor", Ty::Float),
+    ("naive_overlap_seconds", Ty::Float),
+    ("deep_overlap_seconds", Ty::Float),
+];
+
+/// The cells of one culprit row, in [`CULPRIT_COLUMNS`]' order.
+pub(super) fn culprit_cells<'a>(ds: &'a Dataset, r: &CulpritRow) -> Vec<Cell<'a>> {
+    vec![
+        Cell::S(Some(ds.queries.name(r.victim))),
+        Cell::S(Some(r.kind.name())),
+        Cell::S(r.culprit_query.map(|q| ds.queries.name(q))),
+        Cell::F(Some(r.seconds)),
+        Cell::F(r.dor),
+        Cell::F(r.naive_overlap),
+        Cell::F(r.deep_overlap),
+    ]
 }

@@ -10,7 +10,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
 use super::args::Args;
-use super::rows::{schema, Cell, Out, Ty};
+use super::culprits::{culprit_cells, CULPRIT_COLUMNS};
+use super::rows::{schema, Cell, Out, WINDOW_COLUMNS};
 use super::table_function::{Rows, TableFunction};
 use crate::error::in_function;
 
@@ -24,17 +25,9 @@ impl TableFunction for CulpritsSeries {
     const SIGNATURE: &'static str = "culprits_series(victim, from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
 
     fn schema() -> SchemaRef {
-        schema(&[
-            ("window_start", Ty::Time),
-            ("window_end", Ty::Time),
-            ("victim_query", Ty::Text),
-            ("culprit_kind", Ty::Text),
-            ("culprit_query", Ty::Text),
-            ("blame_seconds", Ty::Float),
-            ("dor", Ty::Float),
-            ("naive_overlap_seconds", Ty::Float),
-            ("deep_overlap_seconds", Ty::Float),
-        ])
+        let mut columns = WINDOW_COLUMNS.to_vec();
+        columns.extend(CULPRIT_COLUMNS);
+        schema(&columns)
     }
 
     fn plan(args: &Args) -> Result<Self> {
@@ -53,18 +46,10 @@ impl TableFunction for CulpritsSeries {
         let n = series.iter().map(|(_, rows)| rows.len()).sum();
         let mut out = Out::new(Self::schema(), n);
         for ((from, to), rows) in series {
-            for r in rows {
-                out.row(vec![
-                    Cell::T(Some(from)),
-                    Cell::T(Some(to)),
-                    Cell::S(Some(ds.queries.name(r.victim))),
-                    Cell::S(Some(r.kind.name())),
-                    Cell::S(r.culprit_query.map(|q| ds.queries.name(q))),
-                    Cell::F(Some(r.seconds)),
-                    Cell::F(r.dor),
-                    Cell::F(r.naive_overlap),
-                    Cell::F(r.deep_overlap),
-                ]);
+            for r in &rows {
+                let mut cells = vec![Cell::T(Some(from)), Cell::T(Some(to))];
+                cells.extend(culprit_cells(ds, r));
+                out.row(cells);
             }
         }
         out.finish().map(Rows::one)

@@ -18,6 +18,9 @@ pub enum Ty {
     Time,
 }
 
+/// The first columns of a series function's rows: the window.
+pub const WINDOW_COLUMNS: [(&str, Ty); 2] = [("window_start", Ty::Time), ("window_end", Ty::Time)];
+
 /// A result schema from `(name, type)` pairs; every column is nullable.
 pub fn schema(cols: &[(&str, Ty)]) -> SchemaRef {
     Arc::new(Schema::new(
