@@ -1,6 +1,6 @@
 """Real Python clients against a running culprit server (the demo workload).
 
-usage: python3 clients.py HOST PORT CLIENT...   (CLIENT: psycopg asyncpg sqlalchemy pgcli grafana)
+usage: python3 clients.py HOST PORT CLIENT...   (CLIENT: psycopg asyncpg sqlalchemy pgcli grafana grafana_dashboard)
 
 Each client does what its users do; every check prints one line, and the
 script exits 1 on the first failure with the client's own error.
@@ -204,12 +204,74 @@ def grafana_suite():
         check(isinstance(rows[0][0], datetime.datetime), f"grafana: time column as a timestamp -> {rows[0][0]!r}")
 
 
+def grafana_dashboard_suite():
+    """docs/grafana/culprit-dashboard.json: every panel's SQL and the victim
+    variable's, macros expanded as Grafana's PostgreSQL data source does
+    ($__timeFrom() and $__timeTo() as quoted RFC 3339 times, $__interval as
+    '1s'), run over the demo workload, whose injected culprit is known."""
+    import json
+    import os
+
+    import psycopg
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "grafana", "culprit-dashboard.json")
+    with open(path) as f:
+        dash = json.load(f)
+    check(dash["__inputs"][0]["pluginId"] == "grafana-postgresql-datasource", "dashboard: PostgreSQL data source input")
+
+    def expand(sql, victim=None):
+        sql = (
+            sql.replace("$__timeFrom()", "'2026-01-01T00:00:00Z'")
+            .replace("$__timeTo()", "'2026-01-01T00:01:00Z'")
+            .replace("$__interval", "1s")
+        )
+        if victim is not None:
+            sql = sql.replace("$victim", victim)
+        assert "$" not in sql, f"an unexpanded macro or variable in {sql}"
+        return sql
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        var = dash["templating"]["list"][0]
+        victims = [r[0] for r in conn.execute(expand(var["query"])).fetchall()]
+        check("q-victim" in victims, f"dashboard: the victim variable lists the queries -> {victims}")
+        results = {}
+        for panel in dash["panels"]:
+            target = panel["targets"][0]
+            cur = conn.execute(expand(target["rawSql"], "q-victim"))
+            columns = [d.name for d in cur.description]
+            rows = cur.fetchall()
+            check(len(rows) > 0, f"dashboard: panel {panel['id']} ({panel['title']}) -> {len(rows)} rows")
+            if target["format"] == "time_series":
+                check(
+                    columns[0] == "time" and "metric" in columns and isinstance(rows[0][0], datetime.datetime),
+                    f"dashboard: panel {panel['id']} is a time series -> {columns}, {rows[0]!r}",
+                )
+            results[panel["id"]] = (columns, rows)
+
+    # What the demo injected: q-culprit slows q-victim.
+    _, dor = results[1]
+    culprit_dor = max(r[2] for r in dor if r[1] == "q-culprit")
+    check(culprit_dor > 0.5, f"dashboard: q-culprit dominates a window of the victim -> DOR {culprit_dor}")
+    _, aggressive = results[2]
+    totals = {}
+    for _, q, v in aggressive:
+        totals[q] = totals.get(q, 0.0) + v
+    top = max(totals, key=totals.get)
+    check(top == "q-culprit", f"dashboard: the most aggressive query over the range -> {top} of {totals}")
+    check(results[3][1][0][0] == "q-culprit", f"dashboard: the top culprit of the victim -> {results[3][1][0]}")
+    check("slots" in {r[0] for r in results[4][1]}, "dashboard: blame by resource lists slots")
+    check("*" in {r[0] for r in results[5][1]}, "dashboard: blame by host lists the slots' *")
+    row = [r for r in results[6][1] if r[0] == "q-victim"]
+    check(row and row[0][4] == "q-culprit", f"dashboard: victims() names the victim's top culprit -> {row}")
+
+
 SUITES = {
     "psycopg": psycopg_suite,
     "asyncpg": asyncpg_suite,
     "sqlalchemy": sqlalchemy_suite,
     "pgcli": pgcli_suite,
     "grafana": grafana_suite,
+    "grafana_dashboard": grafana_dashboard_suite,
 }
 
 if __name__ == "__main__":

@@ -34,7 +34,14 @@ fn python_suite(addr: SocketAddr, suite: &str) {
 async fn python_clients() {
     let (_tmp, store) = demo_store();
     let (addr, _h) = start_server(Store::open(&store).unwrap()).await;
-    for suite in ["psycopg", "asyncpg", "sqlalchemy", "pgcli", "grafana"] {
+    for suite in [
+        "psycopg",
+        "asyncpg",
+        "sqlalchemy",
+        "pgcli",
+        "grafana",
+        "grafana_dashboard",
+    ] {
         tokio::task::spawn_blocking(move || python_suite(addr, suite))
             .await
             .unwrap();

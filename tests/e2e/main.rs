@@ -6,6 +6,7 @@ mod clients;
 mod common;
 mod faults;
 mod foreign_files;
+mod html;
 mod ingest;
 mod load;
 mod papers;

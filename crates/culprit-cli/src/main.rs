@@ -126,6 +126,51 @@ enum ReportCommand {
         /// The job's name (cron.job.jobname).
         name: String,
     },
+    /// Write a self-contained HTML page with SVG charts: who slowed a query
+    /// (--victim), or the newest page of a report scheduled with format => 'html' (--job).
+    Html {
+        #[command(flatten)]
+        store: StoreArg,
+        /// The query to explain: the DOR of its top culprits over time, its blame by
+        /// resource and host, its stages and critical path, its ranking.
+        #[arg(long, required_unless_present = "job", conflicts_with = "job")]
+        victim: Option<String>,
+        /// Start of the analysis window (RFC 3339; default: the victim's first task).
+        #[arg(long, requires = "victim")]
+        from: Option<String>,
+        /// End of the analysis window (RFC 3339; default: the victim's last task's end).
+        #[arg(long, requires = "victim")]
+        to: Option<String>,
+        /// Window length of the chart over time: seconds or a duration ('10 seconds',
+        /// '5 min'; default: a round step giving at most 40 windows).
+        #[arg(long, requires = "victim", value_parser = parse_step)]
+        step: Option<f64>,
+        /// Culprits drawn over time.
+        #[arg(long, default_value_t = 5, requires = "victim", value_parser = clap::value_parser!(u16).range(1..=8))]
+        top: u16,
+        /// A report scheduled with format => 'html': write its newest page.
+        #[arg(long)]
+        job: Option<String>,
+        /// With --job: the page of this run (cron.report_pages.runid).
+        #[arg(long, requires = "job")]
+        run: Option<i64>,
+        /// The file to write (default: standard output).
+        #[arg(long, short = 'o')]
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+/// A step of `report html --step`: seconds, or a duration as text.
+fn parse_step(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("the step must be positive".into()),
+        Err(_) => culprit_core::time::parse_duration(s)
+            .map(|us| us as f64 / 1e6)
+            .ok_or_else(|| {
+                format!("'{s}' is not a duration (seconds, or text such as '10 seconds', '5 min')")
+            }),
+    }
 }
 
 #[derive(Subcommand)]
@@ -352,6 +397,57 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             // the session's dataset cache (a million tasks are a million
             // allocations) much faster than freeing it piece by piece.
             std::mem::forget(ctx);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report {
+            command:
+                ReportCommand::Html {
+                    store,
+                    victim,
+                    from,
+                    to,
+                    step,
+                    top,
+                    job,
+                    run,
+                    out,
+                },
+        } => {
+            let store = Store::open(&store.store)?;
+            let page = match (victim, job) {
+                (Some(victim), _) => {
+                    let ctx = culprit_sql::session(store.clone()).await?;
+                    let report = culprit_server::reports::html::VictimReport {
+                        victim,
+                        from,
+                        to,
+                        step,
+                        top: usize::from(top),
+                    };
+                    let page = culprit_server::reports::html::victim_page(&ctx, &report).await?;
+                    std::mem::forget(ctx);
+                    page
+                }
+                (None, Some(job)) => {
+                    culprit_server::reports::html::stored_page(&store, &job, run).await?
+                }
+                (None, None) => return Err("give --victim or --job".into()),
+            };
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, &page)
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    eprintln!(
+                        "wrote {} ({} KiB)",
+                        path.display(),
+                        page.len().div_ceil(1024)
+                    );
+                }
+                None => {
+                    use std::io::Write;
+                    std::io::stdout().write_all(page.as_bytes())?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Report {

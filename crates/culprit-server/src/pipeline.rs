@@ -209,11 +209,13 @@ impl Pipeline {
                     name,
                     schedule,
                     command,
+                    format,
                 } => crate::reports::schedule(
                     &self.store,
                     name,
                     schedule,
                     command,
+                    format.as_deref(),
                     &user,
                     &self.gate,
                 )

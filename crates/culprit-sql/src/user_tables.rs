@@ -357,6 +357,16 @@ pub async fn sync(ctx: &SessionContext, store: &Store) -> Result<()> {
                 )?),
             )?;
         }
+        if manifest.user_table(culprit_store::PAGES_TABLE).is_none() {
+            cron.deregister_table("report_pages")?;
+            cron.register_table(
+                "report_pages".into(),
+                Arc::new(datafusion::datasource::MemTable::try_new(
+                    culprit_store::pages_schema(),
+                    vec![vec![]],
+                )?),
+            )?;
+        }
         cron.deregister_table("job")?;
         cron.register_table("job".into(), Arc::new(jobs_table(&manifest.cron_jobs)?))?;
     }
@@ -380,6 +390,8 @@ fn jobs_table(jobs: &[culprit_store::CronJob]) -> Result<datafusion::datasource:
         Field::new("username", DataType::Utf8, false),
         Field::new("active", DataType::Boolean, false),
         Field::new("jobname", DataType::Utf8, false),
+        // culprit's: `rows`, or `html` (a page per run in cron.report_pages).
+        Field::new("format", DataType::Utf8, false),
     ]));
     let text = |f: &dyn Fn(&culprit_store::CronJob) -> String| -> ArrayRef {
         Arc::new(StringArray::from(jobs.iter().map(f).collect::<Vec<_>>()))
@@ -398,6 +410,7 @@ fn jobs_table(jobs: &[culprit_store::CronJob]) -> Result<datafusion::datasource:
             jobs.iter().map(|j| j.active).collect::<Vec<_>>(),
         )),
         text(&|j| j.jobname.clone()),
+        text(&|j| j.format.clone().unwrap_or_else(|| "rows".into())),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])

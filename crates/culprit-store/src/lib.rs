@@ -18,7 +18,7 @@ mod store;
 pub use error::{Result, StoreError, UserTableProblem};
 pub use manifest::{BatchInfo, CronJob, DataFile, Manifest, SourceRecord, UserColumn, UserTable};
 pub use store::{
-    check_user_table_name, run_details_schema, telemetry_refusal, JobChange, REPORTS_SCHEMA,
-    RUN_DETAILS_TABLE,
+    check_user_table_name, pages_schema, run_details_schema, telemetry_refusal, JobChange,
+    PAGES_TABLE, REPORTS_SCHEMA, RUN_DETAILS_TABLE,
 };
 pub use store::{CommitInfo, PendingBatch, Store, DEFAULT_STORE};

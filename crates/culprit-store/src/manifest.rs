@@ -81,6 +81,10 @@ pub struct CronJob {
     /// The newest run's id (a run's id is its start time in microseconds).
     #[serde(default)]
     pub last_runid: i64,
+    /// `html`: each run also writes a page of its result to
+    /// `cron.report_pages`; absent: rows only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
 }
 
 /// A table of the users' own, stored like telemetry but with the columns

@@ -359,6 +359,23 @@ pub const REPORTS_SCHEMA: &str = "reports";
 /// pg_cron's table of runs.
 pub const RUN_DETAILS_TABLE: &str = "cron.job_run_details";
 
+/// The pages of the reports scheduled with `format => 'html'`, one per
+/// run (culprit's; pg_cron has none).
+pub const PAGES_TABLE: &str = "cron.report_pages";
+
+/// The columns of `cron.report_pages`.
+pub fn pages_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("jobid", DataType::Int64, true),
+        Field::new("runid", DataType::Int64, true),
+        Field::new("jobname", DataType::Utf8, true),
+        Field::new("scheduled_for", ts, true),
+        Field::new("page", DataType::Utf8, true),
+    ]))
+}
+
 /// The columns of `cron.job_run_details`, as pg_cron has them.
 pub fn run_details_schema() -> arrow::datatypes::SchemaRef {
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -380,7 +397,7 @@ pub fn run_details_schema() -> arrow::datatypes::SchemaRef {
 /// A user table's name, or the name of a table the scheduler keeps
 /// (`reports.<job>`, `cron.job_run_details`), which only it writes.
 fn check_table_name(name: &str) -> Result<()> {
-    if name == RUN_DETAILS_TABLE {
+    if name == RUN_DETAILS_TABLE || name == PAGES_TABLE {
         return Ok(());
     }
     match name.strip_prefix("reports.") {
@@ -759,6 +776,7 @@ impl PendingBatch {
                         }
                         old.schedule = job.schedule.clone();
                         old.command = job.command.clone();
+                        old.format = job.format.clone();
                         old.active = true;
                         // The new schedule counts from now.
                         old.created = job.created;

@@ -10,7 +10,9 @@
 //! is back, and a failure is recorded with its error. Every run passes the
 //! same gate as a client's statement, as the user who scheduled it.
 
+pub mod html;
 mod schedule;
+mod svg;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +25,8 @@ use culprit_sql::datafusion::arrow::array::{
 use culprit_sql::datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use culprit_store::{
-    run_details_schema, CronJob, JobChange, Store, REPORTS_SCHEMA, RUN_DETAILS_TABLE,
+    pages_schema, run_details_schema, CronJob, JobChange, Store, PAGES_TABLE, REPORTS_SCHEMA,
+    RUN_DETAILS_TABLE,
 };
 use datafusion::sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr, Statement, Value,
@@ -62,9 +65,15 @@ pub enum CronCall {
         name: String,
         schedule: String,
         command: String,
+        /// `format => 'html'`: each run also writes a page.
+        format: Option<String>,
     },
     Unschedule(String),
 }
+
+/// The output formats of a scheduled report: its rows (always), and with
+/// `html` a page of them too.
+pub const FORMATS: [&str; 2] = ["rows", "html"];
 
 impl CronCall {
     /// The column pg_cron answers with.
@@ -80,6 +89,10 @@ fn text_arg(arg: &FunctionArg) -> Option<String> {
     let expr = match arg {
         FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => e,
         FunctionArg::Named {
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        }
+        | FunctionArg::ExprNamed {
             arg: FunctionArgExpr::Expr(e),
             ..
         } => e,
@@ -127,17 +140,51 @@ pub fn cron_call(tree: &Statement) -> Option<Result<CronCall, String>> {
     let FunctionArguments::List(list) = &f.args else {
         return Some(Err(format!("cron.{what} needs its arguments")));
     };
-    let args: Option<Vec<String>> = list.args.iter().map(text_arg).collect();
-    let Some(args) = args else {
-        return Some(Err(format!(
-            "the arguments of cron.{what} must be constants"
-        )));
-    };
+    // pg_cron's arguments by position; culprit's `format => 'html'` by
+    // name (also `format := 'html'`).
+    let mut args = Vec::new();
+    let mut format = None;
+    for arg in &list.args {
+        let Some(value) = text_arg(arg) else {
+            return Some(Err(format!(
+                "the arguments of cron.{what} must be constants"
+            )));
+        };
+        // Some parsers name an argument by an expression (`ExprNamed`).
+        let named = match arg {
+            FunctionArg::Named { name, .. } => Some(name.value.clone()),
+            FunctionArg::ExprNamed { name, .. } => Some(match name {
+                Expr::Identifier(i) => i.value.clone(),
+                e => e.to_string(),
+            }),
+            FunctionArg::Unnamed(_) => None,
+        };
+        match named {
+            Some(name) if what == "schedule" => {
+                if !name.eq_ignore_ascii_case("format") {
+                    return Some(Err(format!(
+                        "cron.schedule has no argument named {name}: its named argument is \
+                         format => 'rows' | 'html'"
+                    )));
+                }
+                let value = value.to_ascii_lowercase();
+                if !FORMATS.contains(&value.as_str()) {
+                    return Some(Err(format!(
+                        "format => '{value}' is not a report format: 'rows' or 'html'"
+                    )));
+                }
+                format = (value != "rows").then_some(value);
+            }
+            Some(name) => return Some(Err(format!("cron.{what} has no argument named {name}"))),
+            None => args.push(value),
+        }
+    }
     Some(match (what, args.as_slice()) {
         ("schedule", [name, schedule, command]) => Ok(CronCall::Schedule {
             name: name.clone(),
             schedule: schedule.clone(),
             command: command.clone(),
+            format,
         }),
         ("schedule", [_, _]) => Err(
             "cron.schedule(schedule, command) without a name is not supported: give the job \
@@ -147,7 +194,9 @@ pub fn cron_call(tree: &Statement) -> Option<Result<CronCall, String>> {
         ),
         ("unschedule", [name]) => Ok(CronCall::Unschedule(name.clone())),
         _ => Err(
-            "usage: cron.schedule('name', 'schedule', 'command') or cron.unschedule('name')".into(),
+            "usage: cron.schedule('name', 'schedule', 'command' [, format => 'html']) or \
+             cron.unschedule('name')"
+                .into(),
         ),
     })
 }
@@ -191,6 +240,7 @@ pub async fn schedule(
     name: &str,
     schedule: &str,
     command: &str,
+    format: Option<&str>,
     user: &str,
     gate: &Gate,
 ) -> Result<i64, CronError> {
@@ -218,6 +268,7 @@ pub async fn schedule(
         created: now_us(),
         last_scheduled: None,
         last_runid: 0,
+        format: format.map(str::to_string),
     }));
     let info = batch.commit().await?;
     info.job
@@ -352,6 +403,17 @@ fn details_row(job: &CronJob, r: &RunResult, start: i64, end: i64) -> RecordBatc
     RecordBatch::try_new(run_details_schema(), cols).expect("the run details' columns")
 }
 
+fn page_row(job: &CronJob, runid: i64, scheduled_for: i64, page: &str) -> RecordBatch {
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![job.jobid])),
+        Arc::new(Int64Array::from(vec![runid])),
+        Arc::new(StringArray::from(vec![job.jobname.as_str()])),
+        Arc::new(TimestampMicrosecondArray::from(vec![scheduled_for]).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec![page])),
+    ];
+    RecordBatch::try_new(pages_schema(), cols).expect("the report page's columns")
+}
+
 /// The files of `table` whose batch committed before `cutoff`.
 fn expired(manifest: &culprit_store::Manifest, table: &str, cutoff: i64) -> Vec<String> {
     let old: HashSet<&str> = manifest
@@ -404,8 +466,21 @@ pub async fn run_job(
         rows: 0,
     };
     let mut rows = None;
+    let mut page = None;
     match run {
         Ok(batches) => {
+            if job.format.as_deref() == Some("html") {
+                page = Some(html::result_page(
+                    &format!("Report {}", job.jobname),
+                    &format!(
+                        "Run {runid} for {}, as {}: {}",
+                        svg::rfc3339(scheduled_for),
+                        job.username,
+                        job.command.trim()
+                    ),
+                    &batches,
+                ));
+            }
             let n: usize = batches.iter().map(|b| b.num_rows()).sum();
             result.rows = n;
             result.message = format!("{n} row{}", if n == 1 { "" } else { "s" });
@@ -422,53 +497,68 @@ pub async fn run_job(
         Err(e) => result.message = e,
     }
     let end = now_us();
-    let commit = |rows: Option<(SchemaRef, Vec<RecordBatch>)>, result: RunResult| {
-        let (store, report, job) = (store.clone(), report.clone(), job.clone());
-        let retention = opts.retention;
-        async move {
-            let manifest = store.manifest().await.map_err(|e| e.to_string())?;
-            let mut batch = store.begin();
-            let fail = |e: culprit_store::StoreError| e.to_string();
-            if let Some((schema, rows)) = rows {
+    let commit =
+        |rows: Option<(SchemaRef, Vec<RecordBatch>)>, page: Option<String>, result: RunResult| {
+            let (store, report, job) = (store.clone(), report.clone(), job.clone());
+            let retention = opts.retention;
+            async move {
+                let manifest = store.manifest().await.map_err(|e| e.to_string())?;
+                let mut batch = store.begin();
+                let fail = |e: culprit_store::StoreError| e.to_string();
+                if let Some((schema, rows)) = rows {
+                    batch
+                        .create_user_table(&report, &schema, false, true)
+                        .map_err(fail)?;
+                    batch
+                        .write_user(&report, &schema, &rows)
+                        .await
+                        .map_err(fail)?;
+                }
+                if let Some(page) = page {
+                    let pages = pages_schema();
+                    batch
+                        .create_user_table(PAGES_TABLE, &pages, false, true)
+                        .map_err(fail)?;
+                    batch
+                        .write_user(
+                            PAGES_TABLE,
+                            &pages,
+                            &[page_row(&job, result.runid, scheduled_for, &page)],
+                        )
+                        .await
+                        .map_err(fail)?;
+                }
+                let details = run_details_schema();
                 batch
-                    .create_user_table(&report, &schema, false, true)
+                    .create_user_table(RUN_DETAILS_TABLE, &details, false, true)
                     .map_err(fail)?;
                 batch
-                    .write_user(&report, &schema, &rows)
+                    .write_user(
+                        RUN_DETAILS_TABLE,
+                        &details,
+                        &[details_row(&job, &result, start, end)],
+                    )
                     .await
                     .map_err(fail)?;
-            }
-            let details = run_details_schema();
-            batch
-                .create_user_table(RUN_DETAILS_TABLE, &details, false, true)
-                .map_err(fail)?;
-            batch
-                .write_user(
-                    RUN_DETAILS_TABLE,
-                    &details,
-                    &[details_row(&job, &result, start, end)],
-                )
-                .await
-                .map_err(fail)?;
-            batch.change_job(JobChange::Ran {
-                jobid: job.jobid,
-                scheduled_for,
-                runid: result.runid,
-            });
-            if let Some(keep) = retention {
-                let cutoff = end - keep.as_micros() as i64;
-                for table in [report.as_str(), RUN_DETAILS_TABLE] {
-                    let old = expired(&manifest, table, cutoff);
-                    if !old.is_empty() {
-                        batch.expire_files(table, old);
+                batch.change_job(JobChange::Ran {
+                    jobid: job.jobid,
+                    scheduled_for,
+                    runid: result.runid,
+                });
+                if let Some(keep) = retention {
+                    let cutoff = end - keep.as_micros() as i64;
+                    for table in [report.as_str(), RUN_DETAILS_TABLE, PAGES_TABLE] {
+                        let old = expired(&manifest, table, cutoff);
+                        if !old.is_empty() {
+                            batch.expire_files(table, old);
+                        }
                     }
                 }
+                batch.commit().await.map_err(|e| e.to_string())?;
+                Ok::<RunResult, String>(result)
             }
-            batch.commit().await.map_err(|e| e.to_string())?;
-            Ok::<RunResult, String>(result)
-        }
-    };
-    match commit(rows, result.clone()).await {
+        };
+    match commit(rows, page, result.clone()).await {
         Ok(r) => Ok(r),
         // The rows did not fit the history table (its columns changed):
         // the run is recorded as failed, with why.
@@ -478,7 +568,7 @@ pub async fn run_job(
                 message: format!("the result could not be added to {report}: {e}"),
                 ..result
             };
-            commit(None, failed).await
+            commit(None, None, failed).await
         }
         Err(e) => Err(e),
     }
@@ -579,9 +669,27 @@ mod tests {
             Some(Ok(CronCall::Schedule {
                 name: "daily".into(),
                 schedule: "0 7 * * *".into(),
-                command: "SELECT * FROM victims()".into()
+                command: "SELECT * FROM victims()".into(),
+                format: None,
             }))
         );
+        assert_eq!(
+            call("SELECT cron.schedule('daily', '0 7 * * *', 'SELECT 1', format => 'HTML')"),
+            Some(Ok(CronCall::Schedule {
+                name: "daily".into(),
+                schedule: "0 7 * * *".into(),
+                command: "SELECT 1".into(),
+                format: Some("html".into()),
+            }))
+        );
+        assert!(matches!(
+            call("SELECT cron.schedule('d', '0 7 * * *', 'SELECT 1', format => 'pdf')"),
+            Some(Err(e)) if e.contains("'rows' or 'html'")
+        ));
+        assert!(matches!(
+            call("SELECT cron.schedule('d', '0 7 * * *', 'SELECT 1', colour => 'red')"),
+            Some(Err(e)) if e.contains("no argument named colour")
+        ));
         assert_eq!(
             call("SELECT cron.unschedule('daily')"),
             Some(Ok(CronCall::Unschedule("daily".into())))
@@ -606,6 +714,7 @@ mod tests {
             created: 0,
             last_scheduled: Some(1_000_000_000),
             last_runid: 0,
+            format: None,
         };
         let now = time(1_000_000_000 + 65_000_000);
         assert_eq!(due(&job, now), Some(1_060_000_000));
