@@ -206,11 +206,7 @@ pub fn register(ctx: &SessionContext) {
     for name in ["pg_collation_is_visible", "pg_function_is_visible"] {
         constant(ctx, name, 1, ScalarValue::Boolean(Some(true)));
     }
-    // Function signatures are not in the catalog (DataFusion's functions
-    // are listed in information_schema.routines).
-    for name in ["pg_get_function_result", "pg_get_function_arguments"] {
-        constant(ctx, name, 1, ScalarValue::Utf8(None));
-    }
+    // pg_get_function_result and pg_get_function_arguments: catalog.rs.
     // culprit's tables and columns have no comments (psql `\d+`, `\dt+`).
     constant(ctx, "col_description", 2, ScalarValue::Utf8(None));
     constant(ctx, "obj_description", 2, ScalarValue::Utf8(None));

@@ -5,6 +5,7 @@
 
 pub mod auth;
 mod cancel;
+mod catalog;
 mod compat;
 mod copy;
 mod guard;
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use culprit_store::Store;
 use datafusion::prelude::SessionContext;
-use datafusion_postgres::auth::AuthManager;
+use datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_postgres::datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 use pgwire::api::ConnectionManager;
 use tokio::net::TcpListener;
@@ -43,9 +44,17 @@ pub use handlers::CulpritHandlers;
 /// ...) to a culprit session. The session's default catalog must be
 /// `datafusion`.
 pub fn prepare_session(ctx: &SessionContext) -> std::io::Result<()> {
-    setup_pg_catalog(ctx, "datafusion", Arc::new(AuthManager::default()))
+    // No roles in the catalog (`pg_roles` is empty): culprit's users are
+    // its users file, not PostgreSQL roles. Not `Arc<AuthManager>`: the
+    // catalog's provider for an `Arc` calls itself forever, and a read of
+    // pg_roles overflowed the stack and aborted the server
+    // (tests/e2e/bi_tools.rs).
+    setup_pg_catalog(ctx, "datafusion", EmptyContextProvider)
         .map_err(|e| std::io::Error::other(format!("cannot set up pg_catalog: {e}")))?;
     compat::register(ctx);
+    // After compat's: culprit's functions in pg_proc, and their signatures.
+    catalog::register(ctx)
+        .map_err(|e| std::io::Error::other(format!("cannot set up pg_proc: {e}")))?;
     Ok(())
 }
 

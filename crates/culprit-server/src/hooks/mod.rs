@@ -93,6 +93,15 @@ impl SessionHooks {
         // None of these hooks reads parameter values (they answer
         // statements without parameters), so none are decoded for them.
         let no_values = ParamValues::List(vec![]);
+        if matches!(
+            statement,
+            Statement::Discard {
+                object_type: datafusion::sql::sqlparser::ast::DiscardObject::ALL
+            }
+        ) {
+            use pgwire::api::store::PortalStore;
+            self.cursors.clear_portals();
+        }
         let mut view = HookView {
             client,
             cursors: &self.cursors,

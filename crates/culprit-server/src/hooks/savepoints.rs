@@ -3,6 +3,12 @@
 //! data, so there is nothing to keep or undo, and each is answered with its
 //! tag. datafusion-postgres has no savepoints, and its transaction hook
 //! would take `ROLLBACK TO` for a `ROLLBACK`: this hook comes before it.
+//!
+//! `DISCARD ALL | PLANS | SEQUENCES | TEMP`, which connection pools and
+//! pgjdbc send when they hand a connection back, are answered here too:
+//! there are no cached plans, sequences or temporary tables to drop, and
+//! `DISCARD ALL` closes the connection's cursors (`SessionHooks::answer`).
+//! It leaves prepared statements and `SET` values as they are.
 
 use std::sync::Arc;
 
@@ -10,7 +16,7 @@ use async_trait::async_trait;
 use datafusion::common::{DFSchema, ParamValues};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{DiscardObject, Statement};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::QueryHook;
 use pgwire::api::results::{Response, Tag};
@@ -27,6 +33,12 @@ fn savepoint_tag(statement: &Statement) -> Option<&'static str> {
         Statement::Rollback {
             savepoint: Some(_), ..
         } => Some("ROLLBACK"),
+        Statement::Discard { object_type } => Some(match object_type {
+            DiscardObject::ALL => "DISCARD ALL",
+            DiscardObject::PLANS => "DISCARD PLANS",
+            DiscardObject::SEQUENCES => "DISCARD SEQUENCES",
+            DiscardObject::TEMP => "DISCARD TEMP",
+        }),
         _ => None,
     }
 }

@@ -38,7 +38,8 @@ impl VisitorMut for Rules {
         self.changed |= psql::rewrite_expr(e)
             || pgcli::rewrite_expr(e)
             || grafana::rewrite_expr(e)
-            || sqlalchemy::rewrite_expr(e);
+            || sqlalchemy::rewrite_expr(e)
+            || sqlalchemy::like_escape(e);
         ControlFlow::Continue(())
     }
 }

@@ -17,8 +17,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, GroupByExpr, JoinOperator, Query, Select, SelectItem, TableFactor, Visit,
-    Visitor,
+    BinaryOperator, Expr, GroupByExpr, JoinOperator, Query, Select, SelectItem, TableFactor, Value,
+    Visit, Visitor,
 };
 
 use super::ast::{
@@ -171,4 +171,88 @@ pub(super) fn rewrite_expr(e: &mut Expr) -> bool {
         return true;
     }
     aggregate_in_place(q)
+}
+
+/// SQLAlchemy's `startswith(..., autoescape=True)`, in the inspector's
+/// schema list (`get_schema_names`, Superset's first call): `nspname NOT
+/// LIKE 'pg/_' || '%' ESCAPE '/'`. DataFusion's LIKE takes only the
+/// backslash as escape character, so the pattern's literals are rewritten
+/// for it (`/x` becomes `\x`, a backslash `\\`) and the ESCAPE clause
+/// dropped: the same matches. Only when the pattern is made of string
+/// literals (and `||`) and the escape is one character.
+pub(super) fn like_escape(e: &mut Expr) -> bool {
+    let (Expr::Like {
+        pattern,
+        escape_char,
+        ..
+    }
+    | Expr::ILike {
+        pattern,
+        escape_char,
+        ..
+    }) = e
+    else {
+        return false;
+    };
+    let Some(escape) = escape_char.as_ref().and_then(|v| match &v.value {
+        Value::SingleQuotedString(s) => {
+            let mut chars = s.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) if c != '\\' => Some(c),
+                _ => None,
+            }
+        }
+        _ => None,
+    }) else {
+        return false;
+    };
+    if !literals_only(pattern) {
+        return false;
+    }
+    re_escape(pattern, escape);
+    *escape_char = None;
+    true
+}
+
+fn literals_only(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(v.value, Value::SingleQuotedString(_)),
+        Expr::Nested(inner) => literals_only(inner),
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } => literals_only(left) && literals_only(right),
+        _ => false,
+    }
+}
+
+fn re_escape(e: &mut Expr, escape: char) {
+    match e {
+        Expr::Value(v) => {
+            if let Value::SingleQuotedString(s) = &mut v.value {
+                let mut out = String::with_capacity(s.len() + 2);
+                let mut chars = s.chars();
+                while let Some(c) = chars.next() {
+                    if c == escape {
+                        out.push('\\');
+                        if let Some(next) = chars.next() {
+                            out.push(next);
+                        }
+                    } else if c == '\\' {
+                        out.push_str("\\\\");
+                    } else {
+                        out.push(c);
+                    }
+                }
+                *s = out;
+            }
+        }
+        Expr::Nested(inner) => re_escape(inner, escape),
+        Expr::BinaryOp { left, right, .. } => {
+            re_escape(left, escape);
+            re_escape(right, escape);
+        }
+        _ => {}
+    }
 }

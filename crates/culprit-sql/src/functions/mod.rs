@@ -8,6 +8,7 @@
 //! it in docs/sql-reference.md.
 
 mod args;
+pub mod catalog;
 mod rows;
 mod table_function;
 

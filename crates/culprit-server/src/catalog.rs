@@ -1,0 +1,328 @@
+//! pg_catalog as clients browse it, with culprit's own functions in it:
+//! `pg_proc` is the built-in list of datafusion-postgres's catalog plus a
+//! row per culprit function (`culprit_sql::functions::catalog`), in schema
+//! `public`, so `\df culprits`, DBeaver's function list and pgjdbc's
+//! `getFunctions` find them; `pg_get_function_arguments(oid)` and
+//! `pg_get_function_result(oid)` describe them.
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use culprit_sql::functions::catalog::{described, Described, Kind};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Int32Type, SchemaRef};
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::logical_expr::{ColumnarValue, Expr, TableType};
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::prelude::SessionContext;
+
+/// The first oid of culprit's functions in `pg_proc` (above the built-in
+/// ones, below the oids the catalog gives tables and schemas).
+pub const FIRST_OID: i32 = 60_000;
+
+fn functions() -> &'static [Described] {
+    static ALL: OnceLock<Vec<Described>> = OnceLock::new();
+    ALL.get_or_init(described)
+}
+
+fn function(oid: i32) -> Option<&'static Described> {
+    let i = usize::try_from(oid.checked_sub(FIRST_OID)?).ok()?;
+    functions().get(i)
+}
+
+/// The oid and name PostgreSQL gives an Arrow type.
+pub fn pg_type(t: &DataType) -> (i32, &'static str) {
+    match t {
+        DataType::Boolean => (16, "boolean"),
+        DataType::Int16 => (21, "smallint"),
+        DataType::Int32 => (23, "integer"),
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => (20, "bigint"),
+        DataType::Float32 => (700, "real"),
+        DataType::Float64 => (701, "double precision"),
+        DataType::Timestamp(_, Some(_)) => (1184, "timestamp with time zone"),
+        DataType::Timestamp(_, None) => (1114, "timestamp without time zone"),
+        DataType::Date32 | DataType::Date64 => (1082, "date"),
+        DataType::Binary | DataType::LargeBinary => (17, "bytea"),
+        _ => (25, "text"),
+    }
+}
+
+/// `pg_get_function_result`: `TABLE(col type, ...)` or the type.
+fn result_text(d: &Described) -> String {
+    match d.kind {
+        Kind::Table => format!(
+            "TABLE({})",
+            d.result
+                .iter()
+                .map(|(n, t)| format!("{n} {}", pg_type(t).1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => d
+            .result
+            .first()
+            .map_or("void", |(_, t)| pg_type(t).1)
+            .to_string(),
+    }
+}
+
+/// The schema `pg_catalog` with culprit's `pg_proc`.
+#[derive(Debug)]
+pub struct Catalog {
+    inner: Arc<dyn SchemaProvider>,
+}
+
+#[async_trait]
+impl SchemaProvider for Catalog {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let table = self.inner.table(name).await?;
+        match (name, table) {
+            ("pg_proc", Some(builtin)) => Ok(Some(Arc::new(Proc {
+                builtin,
+                namespaces: self.inner.table("pg_namespace").await?,
+            }))),
+            (_, table) => Ok(table),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        table: Arc<dyn TableProvider>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        self.inner.register_table(name, table)
+    }
+
+    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        self.inner.deregister_table(name)
+    }
+}
+
+/// `pg_proc`: the built-in rows, then culprit's.
+#[derive(Debug)]
+struct Proc {
+    builtin: Arc<dyn TableProvider>,
+    namespaces: Option<Arc<dyn TableProvider>>,
+}
+
+impl Proc {
+    /// The oid of schema `public` (the catalog numbers schemas itself).
+    async fn public(&self, state: &dyn Session) -> Result<Option<i32>> {
+        let Some(ns) = &self.namespaces else {
+            return Ok(None);
+        };
+        let plan = ns.scan(state, None, &[], None).await?;
+        for b in collect(plan, state.task_ctx()).await? {
+            let (Some(oid), Some(name)) = (b.column_by_name("oid"), b.column_by_name("nspname"))
+            else {
+                continue;
+            };
+            let name = datafusion::arrow::compute::cast(name, &DataType::Utf8)?;
+            let oid = datafusion::arrow::compute::cast(oid, &DataType::Int32)?;
+            let (name, oid) = (name.as_string::<i32>(), oid.as_primitive::<Int32Type>());
+            for i in 0..b.num_rows() {
+                if !name.is_null(i) && name.value(i) == "public" && !oid.is_null(i) {
+                    return Ok(Some(oid.value(i)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// culprit's rows, in the built-in table's columns.
+    fn rows(&self, schema: &SchemaRef, public: Option<i32>) -> Result<RecordBatch> {
+        let all = functions();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for field in schema.fields() {
+            let values: Vec<ScalarValue> = all
+                .iter()
+                .enumerate()
+                .map(|(i, d)| value(field.name(), i, d, public))
+                .collect();
+            let array = ScalarValue::iter_to_array(values)?;
+            columns.push(if array.data_type() == field.data_type() {
+                array
+            } else {
+                datafusion::arrow::compute::cast(&array, field.data_type())?
+            });
+        }
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+}
+
+/// One column of one culprit function's row of `pg_proc`, as text or a
+/// number (cast to the built-in column's type afterwards).
+fn value(column: &str, i: usize, d: &Described, public: Option<i32>) -> ScalarValue {
+    let text = |s: String| ScalarValue::Utf8(Some(s));
+    let table = d.kind == Kind::Table;
+    // Arguments are of any type (times take timestamps, text or epoch
+    // milliseconds): `"any"`, oid 2276; a table function's options are
+    // text after them.
+    let arg_types = |n: usize| vec!["2276"; n].join(" ");
+    match column {
+        "oid" => ScalarValue::Int32(Some(FIRST_OID + i as i32)),
+        "proname" => text(d.name.to_string()),
+        "pronamespace" => ScalarValue::Int32(public),
+        "proowner" => ScalarValue::Int32(Some(10)),
+        "prolang" => ScalarValue::Int32(Some(12)),
+        "procost" => ScalarValue::Float64(Some(100.0)),
+        "prorows" => ScalarValue::Float64(Some(if table { 1000.0 } else { 0.0 })),
+        "provariadic" => ScalarValue::Int32(Some(0)),
+        "prosupport" => text("-".into()),
+        "prokind" => text(if d.kind == Kind::Aggregate { "a" } else { "f" }.into()),
+        "prosecdef" | "proleakproof" => ScalarValue::Boolean(Some(false)),
+        "proisstrict" => ScalarValue::Boolean(Some(d.kind == Kind::Scalar)),
+        "proretset" => ScalarValue::Boolean(Some(table)),
+        "provolatile" => text(if table { "s" } else { "i" }.into()),
+        "proparallel" => text("s".into()),
+        "pronargs" => ScalarValue::Int16(Some(d.args.len() as i16)),
+        "pronargdefaults" => ScalarValue::Int16(Some(0)),
+        "prorettype" => ScalarValue::Int32(Some(if table {
+            2249
+        } else {
+            pg_type(&d.result[0].1).0
+        })),
+        "proargtypes" => text(if table {
+            arg_types(d.args.len())
+        } else {
+            vec!["701"; d.args.len()].join(" ")
+        }),
+        // The full list (in, then a table function's out columns), as
+        // the built-in rows write it.
+        "proallargtypes" if table => {
+            let mut all = vec![2276; d.args.len()];
+            all.extend(d.result.iter().map(|(_, t)| pg_type(t).0));
+            text(format!(
+                "[{}]",
+                all.iter()
+                    .map(|o| o.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+        "proargmodes" if table => {
+            let mut modes = vec!["i"; d.args.len()];
+            modes.extend(vec!["t"; d.result.len()]);
+            text(format!("{{{}}}", modes.join(",")))
+        }
+        "proargnames" => {
+            let mut names = d.args.clone();
+            if table {
+                names.extend(d.result.iter().map(|(n, _)| n.clone()));
+            }
+            text(format!("{{{}}}", names.join(",")))
+        }
+        "prosrc" => text(d.name.to_string()),
+        _ => ScalarValue::Utf8(None),
+    }
+}
+
+#[async_trait]
+impl TableProvider for Proc {
+    fn schema(&self) -> SchemaRef {
+        self.builtin.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.builtin.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let builtin = self.builtin.scan(state, projection, &[], None).await?;
+        let schema = self.builtin.schema();
+        let ours = self.rows(&schema, self.public(state).await?)?;
+        let ours: Arc<dyn ExecutionPlan> =
+            MemorySourceConfig::try_new_exec(&[vec![ours]], schema, projection.cloned())?;
+        UnionExec::try_new(vec![builtin, ours])
+    }
+}
+
+/// Replaces the session's `pg_catalog` (set up by datafusion-postgres) with
+/// one whose `pg_proc` lists culprit's functions, and registers
+/// `pg_get_function_arguments` and `pg_get_function_result` for them.
+pub fn register(ctx: &SessionContext) -> Result<()> {
+    let catalog = ctx
+        .catalog("datafusion")
+        .ok_or_else(|| DataFusionError::Plan("no catalog datafusion".into()))?;
+    if let Some(inner) = catalog.schema("pg_catalog") {
+        if inner.downcast_ref::<Catalog>().is_none() {
+            catalog.register_schema("pg_catalog", Arc::new(Catalog { inner }))?;
+        }
+    }
+    describe(ctx, "pg_get_function_arguments", |d| d.arguments.clone());
+    describe(ctx, "pg_get_function_result", result_text);
+    describe(ctx, "pg_get_function_identity_arguments", |d| {
+        d.arguments.clone()
+    });
+    Ok(())
+}
+
+/// A function of a `pg_proc` oid: the text for culprit's functions, NULL
+/// for the built-in ones (whose signatures the catalog does not keep).
+fn describe(ctx: &SessionContext, name: &'static str, f: fn(&Described) -> String) {
+    let udf = datafusion::logical_expr::create_udf(
+        name,
+        vec![DataType::Int64],
+        DataType::Utf8,
+        datafusion::logical_expr::Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let scalar = matches!(args[0], ColumnarValue::Scalar(_));
+            let arr = args[0].to_array(1)?;
+            let oids = datafusion::arrow::compute::cast(&arr, &DataType::Int64)?;
+            let oids = oids.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+            let out: StringArray = (0..oids.len())
+                .map(|i| {
+                    if oids.is_null(i) {
+                        return None;
+                    }
+                    i32::try_from(oids.value(i)).ok().and_then(function).map(f)
+                })
+                .collect();
+            let out: ArrayRef = Arc::new(out);
+            Ok(if scalar {
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+            } else {
+                ColumnarValue::Array(out)
+            })
+        }),
+    );
+    ctx.register_udf(udf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn culprits_is_described() {
+        let (i, d) = functions()
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.name == "culprits")
+            .unwrap();
+        assert_eq!(function(FIRST_OID + i as i32).unwrap().name, "culprits");
+        assert_eq!(
+            result_text(d),
+            "TABLE(victim_query text, culprit_kind text, culprit_query text, blame_seconds double precision, \
+             dor double precision, naive_overlap_seconds double precision, deep_overlap_seconds double precision)"
+        );
+        assert!(function(FIRST_OID - 1).is_none());
+    }
+}

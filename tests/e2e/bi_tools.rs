@@ -1,0 +1,221 @@
+//! What BI tools send when they browse (DBeaver and Metabase through
+//! pgjdbc, Superset through SQLAlchemy on psycopg2, psql's `\df`), through
+//! the real server: the statements that failed or brought the server
+//! down, kept as regressions.
+
+use culprit_store::Store;
+
+use crate::common::{demo_store, psql, start_server};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// DBeaver's role list read `pg_catalog.pg_roles`, whose provider called
+/// itself until the stack overflowed and the whole server aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_pg_roles_does_not_bring_the_server_down() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    for sql in [
+        "SELECT rolname FROM pg_catalog.pg_roles",
+        // DBeaver's
+        "SELECT a.oid,a.*,pd.description FROM pg_catalog.pg_roles a left join pg_catalog.pg_shdescription pd on a.oid = pd.objoid ORDER BY a.rolname",
+    ] {
+        let out = psql(addr, &["-X", "-At", "-c", sql]);
+        assert!(out.status.success(), "{sql}: {}", text(&out.stderr));
+    }
+    // Still serving, on a new connection.
+    let out = psql(addr, &["-X", "-At", "-c", "SELECT count(*) FROM queries"]);
+    assert_eq!(text(&out.stdout).trim(), "6", "{}", text(&out.stderr));
+}
+
+/// `\df culprits` (psql's own catalog query, with `-E` to see it) lists
+/// culprit's function with its arguments and its result columns, which
+/// come from the function's code; `\df` alone lists every culprit
+/// function in schema public.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_df_lists_culprits_functions() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    let out = psql(addr, &["-X", "-At", "-F", "\u{1f}", "-c", "\\df culprits"]);
+    let listed = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let row: Vec<&str> = listed.trim().split('\u{1f}').collect();
+    assert_eq!(row.len(), 5, "{listed}");
+    assert_eq!(row[..2], ["public", "culprits"]);
+    // The result's columns are those the function returns.
+    for column in [
+        "victim_query text",
+        "culprit_kind text",
+        "blame_seconds double precision",
+        "deep_overlap_seconds double precision",
+    ] {
+        assert!(row[2].contains(column), "{column} in {}", row[2]);
+    }
+    assert!(row[2].starts_with("TABLE("), "{}", row[2]);
+    assert!(row[3].starts_with("victim [, from [, to]]"), "{}", row[3]);
+    assert_eq!(row[4], "func");
+
+    // Every culprit function, and no other, in schema public.
+    let out = psql(addr, &["-X", "-At", "-F", "\u{1f}", "-c", "\\df"]);
+    let names: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|l| l.split('\u{1f}').nth(1).unwrap_or_default().to_string())
+        .collect();
+    for f in [
+        "blame",
+        "culprits",
+        "culprits_series",
+        "aggressive_queries_series",
+        "victims",
+        "critical_path",
+        "what_if",
+        "ratp",
+        "blame_beta",
+    ] {
+        assert!(names.iter().any(|n| n == f), "\\df lacks {f}: {names:?}");
+    }
+    let agg = text(&psql(addr, &["-X", "-At", "-c", "\\df blame_beta"]).stdout);
+    assert!(agg.trim().ends_with("|agg"), "{agg}");
+    // pgjdbc's getFunctions and DBeaver read pg_proc directly.
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-At",
+            "-F",
+            "|",
+            "-c",
+            "SELECT p.proname, p.proretset, p.proargnames FROM pg_catalog.pg_proc p \
+             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'public' AND p.proname = 'critical_path'",
+        ],
+    );
+    let row = text(&out.stdout);
+    assert!(
+        row.starts_with("critical_path|t|{query,query_id,position,stage_id"),
+        "{row} {}",
+        text(&out.stderr)
+    );
+}
+
+/// Superset's first call, SQLAlchemy's `get_schema_names` on psycopg2,
+/// sends `NOT LIKE 'pg/_' || '%' ESCAPE '/'`, which DataFusion refused
+/// ("LIKE does not support escape_char other than the backslash").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn superset_lists_the_schemas_through_psycopg2() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    // The statement as SQLAlchemy 2 sends it, then through the inspector.
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-At",
+            "-c",
+            "SELECT pg_catalog.pg_namespace.nspname FROM pg_catalog.pg_namespace \
+             WHERE pg_catalog.pg_namespace.nspname NOT LIKE 'pg/_' || '%' ESCAPE '/' \
+             AND pg_catalog.pg_namespace.nspname != 'information_schema' ORDER BY 1",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let schemas = text(&out.stdout);
+    assert_eq!(
+        schemas.lines().collect::<Vec<_>>(),
+        ["cron", "public", "reports"],
+        "{schemas}"
+    );
+    // The escape is honoured: `_` is a literal underscore, not any
+    // character ('pg_catalog' starts with 'pg_', 'pgx' does not).
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-At",
+            "-c",
+            "SELECT 'pg_catalog' LIKE 'pg/_' || '%' ESCAPE '/', 'pgxcatalog' LIKE 'pg/_' || '%' ESCAPE '/', \
+             'a\\b' LIKE 'a\\b' ESCAPE '/' FROM pg_catalog.pg_namespace LIMIT 1",
+        ],
+    );
+    assert_eq!(text(&out.stdout).trim(), "t|f|t", "{}", text(&out.stderr));
+
+    let script = format!(
+        "import sqlalchemy as sa\n\
+         e = sa.create_engine('postgresql+psycopg2://culprit@{}:{}/culprit')\n\
+         i = sa.inspect(e)\n\
+         print(sorted(i.get_schema_names()))\n",
+        addr.ip(),
+        addr.port()
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .expect("python3")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "SQLAlchemy on psycopg2: {}",
+        text(&out.stderr)
+    );
+    let listed = text(&out.stdout);
+    for schema in ["'cron'", "'public'", "'reports'"] {
+        assert!(listed.contains(schema), "{schema} in {listed}");
+    }
+    assert!(!listed.contains("'pg_"), "{listed}");
+}
+
+/// Connection pools and pgjdbc send `DISCARD ALL` when a connection is
+/// given back; it was refused (0A000). It closes the cursors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_all_closes_the_cursors() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-At",
+            "-c",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT query_id FROM queries ORDER BY 1",
+            "-c",
+            "FETCH 2 FROM c",
+            "-c",
+            "DISCARD PLANS",
+            "-c",
+            "FETCH 1 FROM c",
+            "-c",
+            "DISCARD ALL",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        [
+            "DECLARE CURSOR",
+            "q-001",
+            "q-002",
+            "DISCARD PLANS",
+            "q-003",
+            "DISCARD ALL"
+        ],
+    );
+    // After DISCARD ALL the cursor is gone (same connection: one psql).
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-At",
+            "-c",
+            "DECLARE d CURSOR WITH HOLD FOR SELECT 1",
+            "-c",
+            "DISCARD ALL",
+            "-c",
+            "FETCH 1 FROM d",
+        ],
+    );
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+}
