@@ -219,3 +219,54 @@ async fn discard_all_closes_the_cursors() {
     );
     assert!(!out.status.success(), "{}", text(&out.stdout));
 }
+
+/// pgjdbc's `getImportedKeys`, `getExportedKeys` and `getIndexInfo` read
+/// `max_index_keys` from `pg_settings` ("Unable to determine a value for
+/// MaxIndexKeys due to missing system catalog data" without it); its
+/// `getFunctionColumns` reads the column `proargnames` by name, which the
+/// pgcli rule renamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_settings_and_pg_proc_columns_as_pgjdbc_reads_them() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-At",
+            "-c",
+            "SELECT setting FROM pg_catalog.pg_settings WHERE name='max_index_keys'",
+            "-c",
+            "SELECT current_setting('max_index_keys'), current_setting('server_version_num')",
+            "-c",
+            "SELECT setting FROM pg_catalog.pg_settings WHERE name = 'server_version_num'",
+        ],
+    );
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["32", "32|160000", "160000"],
+        "{}",
+        text(&out.stderr)
+    );
+    let out = psql(
+        addr,
+        &[
+            "-X",
+            "-A",
+            "-c",
+            "SELECT p.proname, p.proargnames, p.proargmodes FROM pg_catalog.pg_proc p WHERE p.proname = 'critical_path'",
+        ],
+    );
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(
+        lines[0],
+        "proname|proargnames|proargmodes",
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        lines[1].starts_with("critical_path|{query,query_id,position,"),
+        "{lines:?}"
+    );
+    assert!(lines[1].ends_with("|{i,t,t,t,t,t,t,t,t}"), "{lines:?}");
+}

@@ -88,6 +88,7 @@ impl SchemaProvider for Catalog {
                 builtin,
                 namespaces: self.inner.table("pg_namespace").await?,
             }))),
+            ("pg_settings", Some(builtin)) => Ok(Some(settings(builtin.schema())?)),
             (_, table) => Ok(table),
         }
     }
@@ -107,6 +108,50 @@ impl SchemaProvider for Catalog {
     fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         self.inner.deregister_table(name)
     }
+}
+
+/// A column of `values` (text, numbers) in the built-in table's type.
+fn column(values: Vec<ScalarValue>, to: &DataType) -> Result<ArrayRef> {
+    let array = ScalarValue::iter_to_array(values)?;
+    Ok(if array.data_type() == to {
+        array
+    } else {
+        datafusion::arrow::compute::cast(&array, to)?
+    })
+}
+
+/// `pg_settings`: culprit's settings (`compat::SETTINGS`, which
+/// `current_setting` reads too), in the built-in view's columns.
+fn settings(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
+    let all = crate::compat::SETTINGS;
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for field in schema.fields() {
+        let values: Vec<ScalarValue> = all
+            .iter()
+            .map(|(name, value, desc)| match field.name().as_str() {
+                "name" => ScalarValue::from(*name),
+                "setting" | "reset_val" | "boot_val" => ScalarValue::from(*value),
+                "short_desc" => ScalarValue::from(*desc),
+                "context" => ScalarValue::from("internal"),
+                "source" => ScalarValue::from("default"),
+                "vartype" => ScalarValue::from(if value.parse::<i64>().is_ok() {
+                    "integer"
+                } else if *value == "on" || *value == "off" {
+                    "bool"
+                } else {
+                    "string"
+                }),
+                "pending_restart" => ScalarValue::Boolean(Some(false)),
+                _ => ScalarValue::Utf8(None),
+            })
+            .collect();
+        columns.push(column(values, field.data_type())?);
+    }
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
 }
 
 /// `pg_proc`: the built-in rows, then culprit's.
@@ -150,12 +195,7 @@ impl Proc {
                 .enumerate()
                 .map(|(i, d)| value(field.name(), i, d, public))
                 .collect();
-            let array = ScalarValue::iter_to_array(values)?;
-            columns.push(if array.data_type() == field.data_type() {
-                array
-            } else {
-                datafusion::arrow::compute::cast(&array, field.data_type())?
-            });
+            columns.push(column(values, field.data_type())?);
         }
         Ok(RecordBatch::try_new(schema.clone(), columns)?)
     }
@@ -199,16 +239,17 @@ fn value(column: &str, i: usize, d: &Described, public: Option<i32>) -> ScalarVa
             vec!["701"; d.args.len()].join(" ")
         }),
         // The full list (in, then a table function's out columns), as
-        // the built-in rows write it.
+        // PostgreSQL writes an array (pgjdbc's getFunctionColumns parses
+        // it; the built-in rows' `[a, b]` it cannot).
         "proallargtypes" if table => {
             let mut all = vec![2276; d.args.len()];
             all.extend(d.result.iter().map(|(_, t)| pg_type(t).0));
             text(format!(
-                "[{}]",
+                "{{{}}}",
                 all.iter()
                     .map(|o| o.to_string())
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(",")
             ))
         }
         "proargmodes" if table => {

@@ -21,20 +21,86 @@ pub const VERSION: &str = concat!(
     ", Apache DataFusion 55) on x86_64-pc-linux-gnu"
 );
 
+/// The settings a client can read (`current_setting`, `SHOW`'s view
+/// `pg_settings`): name, value, and what it is, as PostgreSQL describes
+/// it. culprit's values are fixed: `SET` does not change these.
+pub(crate) const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "search_path",
+        "\"$user\", public",
+        "Sets the schema search order for names that are not schema-qualified.",
+    ),
+    ("server_version", "16.0", "Shows the server version."),
+    (
+        "server_version_num",
+        "160000",
+        "Shows the server version as an integer.",
+    ),
+    (
+        "server_encoding",
+        "UTF8",
+        "Shows the server (database) character set encoding.",
+    ),
+    (
+        "client_encoding",
+        "UTF8",
+        "Sets the client's character set encoding.",
+    ),
+    (
+        "timezone",
+        "UTC",
+        "Sets the time zone for displaying and interpreting time stamps.",
+    ),
+    (
+        "datestyle",
+        "ISO, MDY",
+        "Sets the display format for date and time values.",
+    ),
+    (
+        "integer_datetimes",
+        "on",
+        "Shows whether datetimes are integer based.",
+    ),
+    (
+        "standard_conforming_strings",
+        "on",
+        "Causes '...' strings to treat backslashes literally.",
+    ),
+    (
+        "default_transaction_read_only",
+        "on",
+        "Sets the default read-only status of new transactions.",
+    ),
+    (
+        "transaction_read_only",
+        "on",
+        "Shows whether the current transaction is read-only.",
+    ),
+    (
+        "max_identifier_length",
+        "63",
+        "Shows the maximum identifier length.",
+    ),
+    // pgjdbc's getImportedKeys, getExportedKeys and getIndexInfo read it.
+    (
+        "max_index_keys",
+        "32",
+        "Shows the maximum number of index keys.",
+    ),
+    (
+        "max_function_args",
+        "100",
+        "Shows the maximum number of function arguments.",
+    ),
+    ("block_size", "8192", "Shows the size of a disk block."),
+];
+
 fn setting(name: &str) -> Option<&'static str> {
-    match name.to_ascii_lowercase().as_str() {
-        "search_path" => Some("\"$user\", public"),
-        "server_version" => Some("16.0"),
-        "server_version_num" => Some("160000"),
-        "server_encoding" | "client_encoding" => Some("UTF8"),
-        "timezone" => Some("UTC"),
-        "datestyle" => Some("ISO, MDY"),
-        "integer_datetimes" => Some("on"),
-        "standard_conforming_strings" => Some("on"),
-        "default_transaction_read_only" | "transaction_read_only" => Some("on"),
-        "max_identifier_length" => Some("63"),
-        _ => None,
-    }
+    let name = name.to_ascii_lowercase();
+    SETTINGS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, value, _)| *value)
 }
 
 /// Built-in types: oid, the name `regtype` prints, other names it reads.

@@ -29,6 +29,7 @@ impl VisitorMut for Rules {
     type Break = ();
 
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
+        pgcli::keep_names(q);
         self.changed |= grafana::rewrite_query(q);
         ControlFlow::Continue(())
     }
@@ -132,7 +133,7 @@ mod tests {
     fn pgcli_function_arrays() {
         assert_eq!(
             rw("SELECT p.proargnames, prorettype::regtype::text FROM pg_catalog.pg_proc p"),
-            "SELECT culprit_text_array(p.proargnames), culprit_regtype_name(CAST(prorettype AS TEXT)) FROM pg_catalog.pg_proc p"
+            "SELECT culprit_text_array(p.proargnames) AS proargnames, culprit_regtype_name(CAST(prorettype AS TEXT)) FROM pg_catalog.pg_proc p"
         );
     }
 }

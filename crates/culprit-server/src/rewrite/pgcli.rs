@@ -9,7 +9,7 @@
 //!   `culprit_regtype_name(CAST(prorettype AS TEXT))`, the type's name;
 //! - `proargnames`, `proargmodes` -> `culprit_text_array(col)`, the array.
 
-use datafusion::sql::sqlparser::ast::Expr;
+use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr};
 
 use super::ast::{call, cast_to_text, column_name, strip_casts};
 
@@ -48,5 +48,28 @@ pub(super) fn rewrite_expr(e: &mut Expr) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// A bare `proargnames` or `proargmodes` in a projection keeps its name
+/// once [`rewrite_expr`] wraps it (pgjdbc's `getFunctionColumns` reads the
+/// column `proargnames` by name): it gets itself as alias, before its
+/// expression is rewritten. Changes no value.
+pub(super) fn keep_names(q: &mut Query) {
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    for item in select.projection.iter_mut() {
+        if let SelectItem::UnnamedExpr(e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_))) =
+            item
+        {
+            let name = column_name(e);
+            if PROC_TEXT_ARRAYS.contains(&name.as_str()) {
+                *item = SelectItem::ExprWithAlias {
+                    expr: e.clone(),
+                    alias: Ident::new(name),
+                };
+            }
+        }
     }
 }
