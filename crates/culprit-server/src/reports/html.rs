@@ -340,17 +340,21 @@ pub async fn victim_page(ctx: &SessionContext, report: &VictimReport) -> Result<
         })
         .collect();
 
-    // Levels 2 and 3.
-    let by = |what: &str| {
-        format!(
-            "SELECT {what} AS label, sum(blame_seconds) AS seconds FROM blame({v}{window}) \
-             GROUP BY {what} ORDER BY seconds DESC, label"
-        )
-    };
-    let resources = query(ctx, &by("resource")).await?;
-    let resource_bars = bars(&resources, usize::MAX)?;
-    let hosts = query(ctx, &by("host")).await?;
-    let host_bars = bars(&hosts, 25)?;
+    // Levels 2 and 3, from one blame() call summed by (resource, host).
+    let cells = query(
+        ctx,
+        &format!(
+            "SELECT resource, host, sum(blame_seconds) AS seconds FROM blame({v}{window}) \
+             GROUP BY resource, host"
+        ),
+    )
+    .await?;
+    let seconds: Vec<f64> = floats(&cells, "seconds")?
+        .into_iter()
+        .map(|v| v.unwrap_or(0.0))
+        .collect();
+    let resource_bars = bars(texts(&cells, "resource")?, &seconds, usize::MAX);
+    let host_bars = bars(texts(&cells, "host")?, &seconds, 25);
 
     // The stages and the critical path (method §8).
     let path = query(
@@ -533,26 +537,21 @@ pub async fn stored_page(
     })
 }
 
-/// `(label, seconds)` bars of a `label, seconds` result: the first `keep`,
-/// then the rest summed.
-fn bars(batches: &[RecordBatch], keep: usize) -> Result<Vec<(String, f64)>, String> {
-    let labels = texts(batches, "label")?;
-    let values = floats(batches, "seconds")?;
-    let mut out: Vec<(String, f64)> = Vec::new();
-    let mut rest = (0usize, 0.0f64);
-    for (l, v) in labels.into_iter().zip(values) {
-        let v = v.unwrap_or(0.0);
-        if out.len() < keep {
-            out.push((l.unwrap_or_default(), v));
-        } else {
-            rest.0 += 1;
-            rest.1 += v;
-        }
+/// Bars of `seconds` summed by `labels`, largest first (ties by label):
+/// the first `keep`, then the rest summed.
+fn bars(labels: Vec<Option<String>>, seconds: &[f64], keep: usize) -> Vec<(String, f64)> {
+    let mut sums: HashMap<String, f64> = HashMap::new();
+    for (l, v) in labels.into_iter().zip(seconds) {
+        *sums.entry(l.unwrap_or_default()).or_default() += v;
     }
-    if rest.0 > 0 {
-        out.push((format!("{} others", rest.0), rest.1));
+    let mut all: Vec<(String, f64)> = sums.into_iter().collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if all.len() > keep {
+        let rest = all.split_off(keep);
+        let total = rest.iter().map(|r| r.1).sum();
+        all.push((format!("{} others", rest.len()), total));
     }
-    Ok(out)
+    all
 }
 
 /// A line being gathered: its label, points, and the sum of |values|.
