@@ -4,7 +4,8 @@
 //! must run inside one (a blocking thread of it is right).
 
 use culprit_core::method::{
-    self, usecases, BlameOptions, CriticalPath, IqcGraph, Level4, Micros, StageRatp, Victims,
+    self, overlap, usecases, BlameOptions, CriticalPath, IqcGraph, Level4, Micros, StageRatp,
+    Victims, Windows,
 };
 use culprit_core::{MethodError, Resource};
 
@@ -95,44 +96,57 @@ impl Snapshot {
         ))
     }
 
+    /// Level-4 blame in each window of a series, in one pass over the
+    /// window rows (in memory, or read from the store once for all windows).
+    pub fn blame_series(
+        &self,
+        opts: &BlameOptions,
+        windows: &Windows,
+    ) -> Result<(Victims, Vec<Level4>), Error> {
+        Ok(match &self.buckets {
+            None => method::blame_series(&self.ds, opts, windows)?,
+            Some(buckets) => {
+                let reader = buckets.reader(&self.ds, runtime()?);
+                method::blame_series_streamed(&self.ds, opts, windows, &reader)?
+            }
+        })
+    }
+
     /// `culprits` of each window of a series (`series_windows` of the
-    /// options' `from` and `to`): one snapshot for all of them, each window
-    /// analysed as a call with that window is.
+    /// options' `from` and `to`): one sweep for all of them, each window's
+    /// rows those of a call with that window.
     pub fn culprits_series(
         &self,
         opts: &BlameOptions,
         step: Micros,
     ) -> Result<Series<Vec<usecases::CulpritRow>>, Error> {
-        self.series(opts, step, |o| self.culprits(o))
+        let windows = series_of(opts, step)?;
+        let (victims, series) = self.blame_series(opts, &windows)?;
+        let naive = overlap::naive_series(&self.ds, &victims.queries, &windows);
+        let deep = overlap::deep_series(&self.ds, &victims.queries, &windows);
+        Ok(windows
+            .iter()
+            .zip(series)
+            .zip(naive.iter().zip(&deep))
+            .map(|((w, level4), (naive, deep))| {
+                (w, usecases::culprits_from(&self.ds, &level4, naive, deep))
+            })
+            .collect())
     }
 
-    /// `aggressive_queries` of each window of a series.
+    /// `aggressive_queries` of each window of a series, from one sweep.
     pub fn aggressive_queries_series(
         &self,
         opts: &BlameOptions,
         step: Micros,
     ) -> Result<Series<Vec<usecases::Aggressor>>, Error> {
-        self.series(opts, step, |o| self.aggressive_queries(o))
-    }
-
-    fn series<T>(
-        &self,
-        opts: &BlameOptions,
-        step: Micros,
-        each: impl Fn(&BlameOptions) -> Result<T, Error>,
-    ) -> Result<Series<T>, Error> {
-        let (from, to) = method::window(opts);
-        method::series_windows(from, to, step)?
-            .into_iter()
-            .map(|(start, end)| {
-                let o = BlameOptions {
-                    from: Some(start),
-                    to: Some(end),
-                    ..opts.clone()
-                };
-                Ok(((start, end), each(&o)?))
-            })
-            .collect()
+        let windows = series_of(opts, step)?;
+        let (_, series) = self.blame_series(opts, &windows)?;
+        Ok(windows
+            .iter()
+            .zip(series)
+            .map(|(w, level4)| (w, usecases::aggressive_queries(&self.ds, &level4)))
+            .collect())
     }
 
     /// The critical path of `query` (section 8).
@@ -157,6 +171,12 @@ impl Snapshot {
         }
         Ok(())
     }
+}
+
+/// The windows of a series from the options' `from` and `to`.
+fn series_of(opts: &BlameOptions, step: Micros) -> Result<Windows, Error> {
+    let (from, to) = method::window(opts);
+    Ok(Windows::series(from, to, step)?)
 }
 
 /// The tokio runtime an analysis reads the store through (it runs on a

@@ -6,18 +6,19 @@
 //! `usecases.rs`.
 
 use super::level4::{Entry, Level4};
-use super::model::{Dataset, Micros};
+use super::model::Dataset;
 use super::schedule::{self, BucketSource};
+use super::series::Windows;
 use super::sweep::Attribution;
-use super::transitive::transitive;
+use super::transitive::{transitive, RunSeconds};
 use super::victims::{resolve_victims, window, BlameOptions, SlotBlame, Victims};
 use crate::MethodError;
 
 /// Level-4 blame of the victims' stages, over the window rows in memory.
 pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Level4), MethodError> {
-    blame_by(ds, opts, |victim, win, mode| {
-        schedule::in_memory(ds, victim, win, mode)
-    })
+    let windows = Windows::one(window(opts));
+    let (victims, mut series) = blame_series(ds, opts, &windows)?;
+    Ok((victims, series.pop().unwrap_or_default()))
 }
 
 /// Level-4 blame over window rows read bucket by bucket from `source` (a
@@ -28,33 +29,74 @@ pub fn blame_streamed<S: BucketSource>(
     opts: &BlameOptions,
     source: &S,
 ) -> Result<(Victims, Level4), S::Error> {
-    blame_by(ds, opts, |victim, win, mode| {
-        schedule::streamed(ds, source, victim, win, mode)
+    let windows = Windows::one(window(opts));
+    let (victims, mut series) = blame_series_streamed(ds, opts, &windows, source)?;
+    Ok((victims, series.pop().unwrap_or_default()))
+}
+
+/// Level-4 blame in each of `windows` (a series; `opts.from` and `opts.to`
+/// are replaced by the windows' union), in one pass over the rows: each
+/// window's nodes are those of [`blame`] with that window. The victims are
+/// resolved over the union; with `opts.victims` unset, those of a window are
+/// the ones that ran in it (a query that did not run in a window has no row
+/// there, so no node either).
+pub fn blame_series(
+    ds: &Dataset,
+    opts: &BlameOptions,
+    windows: &Windows,
+) -> Result<(Victims, Vec<Level4>), MethodError> {
+    blame_by(ds, opts, windows, |victim, windows, mode| {
+        schedule::in_memory(ds, victim, windows, mode)
     })
 }
 
-/// The analysis with the sweeps done by `sweeps(explained stages, window,
+/// [`blame_series`] over window rows read from `source`, which is read once
+/// for all the windows.
+pub fn blame_series_streamed<S: BucketSource>(
+    ds: &Dataset,
+    opts: &BlameOptions,
+    windows: &Windows,
+    source: &S,
+) -> Result<(Victims, Vec<Level4>), S::Error> {
+    blame_by(ds, opts, windows, |victim, windows, mode| {
+        schedule::streamed(ds, source, victim, windows, mode)
+    })
+}
+
+/// The analysis with the sweeps done by `sweeps(explained stages, windows,
 /// mode)`.
 fn blame_by<E: From<MethodError>>(
     ds: &Dataset,
     opts: &BlameOptions,
-    sweeps: impl FnOnce(&[bool], (Micros, Micros), Attribution) -> Result<Level4, E>,
-) -> Result<(Victims, Level4), E> {
-    let victims = resolve_victims(ds, opts)?;
-    let win = window(opts);
-    let entries = match opts.slots {
-        SlotBlame::Direct => sweeps(&victims.stages, win, opts.attribution)?,
+    windows: &Windows,
+    sweeps: impl FnOnce(&[bool], &Windows, Attribution) -> Result<Vec<Level4>, E>,
+) -> Result<(Victims, Vec<Level4>), E> {
+    let (from, to) = windows.whole();
+    let opts = BlameOptions {
+        from: Some(from),
+        to: Some(to),
+        ..opts.clone()
+    };
+    let victims = resolve_victims(ds, &opts)?;
+    let series = match opts.slots {
+        SlotBlame::Direct => sweeps(&victims.stages, windows, opts.attribution)?,
         SlotBlame::Transitive => {
             // Holders need their own level 4: explain every stage, then keep the victims'.
             let all = vec![true; ds.stages.len()];
-            let entries = sweeps(&all, win, opts.attribution)?;
-            let kept: Vec<Entry> = transitive(ds, &entries, win)
+            let run = RunSeconds::of(ds, windows);
+            sweeps(&all, windows, opts.attribution)?
                 .into_iter()
-                .filter(|e| victims.stages[e.stage as usize])
-                .collect();
-            let (_, details) = entries.into_parts();
-            Level4::from_chunks(vec![kept], details)
+                .enumerate()
+                .map(|(w, entries)| {
+                    let kept: Vec<Entry> = transitive(&entries, &run, w as u32)
+                        .into_iter()
+                        .filter(|e| victims.stages[e.stage as usize])
+                        .collect();
+                    let (_, details) = entries.into_parts();
+                    Level4::from_chunks(vec![kept], details)
+                })
+                .collect()
         }
     };
-    Ok((victims, entries))
+    Ok((victims, series))
 }

@@ -3,6 +3,8 @@
 //! sections 5 and 6). Entries are kept compact (32 bytes): a large analysis
 //! holds one per level-4 node until its result is sent.
 
+use std::sync::Arc;
+
 use super::model::{Dataset, Interner};
 use super::sweep::{EXTERNAL, GC, UNKNOWN};
 use crate::Resource;
@@ -115,12 +117,13 @@ impl Entry {
 pub struct Level4 {
     chunks: Vec<Vec<Entry>>,
     /// Names of the detail ids when they are not the dataset's (window rows
-    /// streamed from the store intern their details here).
-    details: Option<Interner>,
+    /// streamed from the store intern their details here; the windows of a
+    /// series share them).
+    details: Option<Arc<Interner>>,
 }
 
 impl Level4 {
-    pub fn from_chunks(chunks: Vec<Vec<Entry>>, details: Option<Interner>) -> Level4 {
+    pub fn from_chunks(chunks: Vec<Vec<Entry>>, details: Option<Arc<Interner>>) -> Level4 {
         Level4 { chunks, details }
     }
 
@@ -142,11 +145,11 @@ impl Level4 {
 
     /// The names of the entries' detail ids.
     pub fn details<'a>(&'a self, ds: &'a Dataset) -> &'a Interner {
-        self.details.as_ref().unwrap_or(&ds.details)
+        self.details.as_deref().unwrap_or(&ds.details)
     }
 
     /// The chunks, to consume one at a time, and the detail names.
-    pub fn into_parts(self) -> (Vec<Vec<Entry>>, Option<Interner>) {
+    pub fn into_parts(self) -> (Vec<Vec<Entry>>, Option<Arc<Interner>>) {
         (self.chunks, self.details)
     }
 }

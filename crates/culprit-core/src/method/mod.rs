@@ -15,6 +15,7 @@
 //! | 7 RATP at stage level | `stage_ratp.rs` |
 //! | 8 critical path | `critical_path.rs` |
 //! | overlap baselines (000 §6.1) | `overlap.rs` |
+//! | windows as a series (000 §6.2), swept in one pass | `series.rs` |
 //! | 9 blocked-time analysis: what-if, stragglers (004) | `what_if.rs`, `stragglers.rs`, on `task_times.rs` |
 //! | 10 computation skew (002) | `skew.rs` |
 //! | 11 bottleneck oriented estimation (003) | `estimate.rs` |
@@ -46,14 +47,14 @@ mod tests;
 mod tests_papers;
 
 pub use beta::BetaAcc;
-pub use blame::{blame, blame_streamed};
+pub use blame::{blame, blame_series, blame_series_streamed, blame_streamed};
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};
 pub use level4::{Culprit, Entry, Level4};
 pub use model::{Dataset, Micros};
 pub use responsibility::{dor, Bc0, CulpritKind};
 pub use schedule::BucketSource;
-pub use series::{series_windows, MAX_SERIES_WINDOWS};
+pub use series::{series_windows, Windows, MAX_SERIES_WINDOWS};
 pub use stage_ratp::{stage_ratp, StageRatp};
 pub use sweep::Attribution;
 pub use victims::{resolve_victims, window, BlameOptions, SlotBlame, VictimStages, Victims};

@@ -6,6 +6,7 @@
 use rustc_hash::FxHashMap;
 
 use super::model::{Dataset, Micros};
+use super::series::Windows;
 use super::sweep::clip;
 
 /// Seconds of overlap per (victim query, other query).
@@ -13,7 +14,14 @@ pub type Overlaps = FxHashMap<(u32, u32), f64>;
 
 /// Query-level overlap: the intersection of the two queries' spans (first
 /// launch to last finish), clipped to the window.
-pub fn naive(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Overlaps {
+pub fn naive(ds: &Dataset, victims: &[u32], win: (Micros, Micros)) -> Overlaps {
+    naive_series(ds, victims, &Windows::one(win))
+        .pop()
+        .unwrap_or_default()
+}
+
+/// [`naive`] in each of `windows`; the queries' spans are found once.
+pub fn naive_series(ds: &Dataset, victims: &[u32], windows: &Windows) -> Vec<Overlaps> {
     let mut span: Vec<Option<(Micros, Micros)>> = vec![None; ds.queries.len()];
     for t in &ds.tasks {
         let q = ds.stage_query(t.stage) as usize;
@@ -22,14 +30,16 @@ pub fn naive(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Ove
             None => (t.launch, t.finish),
         });
     }
-    let mut out = Overlaps::default();
+    let mut out = vec![Overlaps::default(); windows.len()];
     for &v in victims {
-        let Some((vs, ve)) = span[v as usize].and_then(|(s, e)| clip(s, e, from, to)) else {
+        let Some((vs, ve)) = span[v as usize] else {
             continue;
         };
-        for (q, sp) in span.iter().enumerate() {
-            if let Some((s, e)) = sp.and_then(|(s, e)| clip(s, e, vs, ve)) {
-                out.insert((v, q as u32), (e - s) as f64 / 1e6);
+        for (w, vs, ve) in windows.pieces(vs, ve) {
+            for (q, sp) in span.iter().enumerate() {
+                if let Some((s, e)) = sp.and_then(|(s, e)| clip(s, e, vs, ve)) {
+                    out[w as usize].insert((v, q as u32), (e - s) as f64 / 1e6);
+                }
             }
         }
     }
@@ -38,20 +48,28 @@ pub fn naive(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Ove
 
 /// Task-level overlap on the same host, summed over task pairs (for the
 /// victim query itself: pairs of distinct tasks).
-pub fn deep(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Overlaps {
+pub fn deep(ds: &Dataset, victims: &[u32], win: (Micros, Micros)) -> Overlaps {
+    deep_series(ds, victims, &Windows::one(win))
+        .pop()
+        .unwrap_or_default()
+}
+
+/// [`deep`] in each of `windows`, in one sweep per host: tasks are cut at
+/// the window bounds, so no interval between two events spans two windows.
+pub fn deep_series(ds: &Dataset, victims: &[u32], windows: &Windows) -> Vec<Overlaps> {
     let mut is_victim = vec![false; ds.queries.len()];
     for &v in victims {
         is_victim[v as usize] = true;
     }
     let mut by_host: Vec<Vec<(Micros, i64, u32)>> = vec![Vec::new(); ds.hosts.len()];
     for t in &ds.tasks {
-        if let Some((s, e)) = clip(t.launch, t.finish, from, to) {
+        for (_, s, e) in windows.pieces(t.launch, t.finish) {
             let q = ds.stage_query(t.stage);
             by_host[t.host as usize].push((s, 1, q));
             by_host[t.host as usize].push((e, -1, q));
         }
     }
-    let mut out = Overlaps::default();
+    let mut out = vec![Overlaps::default(); windows.len()];
     for mut events in by_host {
         events.sort_unstable();
         let mut count: Vec<(u32, i64)> = Vec::new();
@@ -75,6 +93,7 @@ pub fn deep(ds: &Dataset, victims: &[u32], (from, to): (Micros, Micros)) -> Over
                 break;
             }
             let dt = (events[k].0 - t0) as f64 / 1e6;
+            let out = &mut out[windows.index(t0)];
             for &(v, kv) in &count {
                 if !is_victim[v as usize] {
                     continue;

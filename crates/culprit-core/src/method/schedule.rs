@@ -6,31 +6,80 @@
 //! few hosts' rows, never the table). Either way the cluster-wide slot sweep
 //! is one more job. Where the rows come from is the caller's business (the
 //! engine's, which knows the store); how they are swept is the method's.
+//! A series of windows is swept in the same single pass, each job's nodes
+//! kept by window ([`Nodes`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use std::sync::Arc;
+
 use super::level4::{Culprit, Entry, Level4};
-use super::model::{Dataset, Interner, Micros, WindowRow, N_RES};
+use super::model::{Dataset, Interner, WindowRow, N_RES};
+use super::series::Windows;
 use super::sweep::{self, Attribution, Cells};
 use crate::{MethodError, Resource};
 
+/// The level-4 nodes of one job, by window.
+#[derive(Debug, Default)]
+struct Nodes {
+    /// Window 0's (the only window of a plain analysis).
+    first: Vec<Entry>,
+    /// The other windows' of a series.
+    rest: FxHashMap<u32, Vec<Entry>>,
+}
+
+impl Nodes {
+    fn push_cells(&mut self, cells: Cells, resource: Resource, host: Option<u32>) {
+        for ((w, stage, detail, c), seconds) in cells {
+            let e = Entry::new(
+                stage,
+                resource,
+                detail,
+                host,
+                Culprit::from_code(c),
+                None,
+                seconds,
+            );
+            if w == 0 {
+                self.first.push(e);
+            } else {
+                self.rest.entry(w).or_default().push(e);
+            }
+        }
+    }
+}
+
+/// The jobs' nodes as one [`Level4`] per window, each with one chunk per
+/// job in job order.
+fn by_window(jobs: Vec<Nodes>, windows: &Windows, details: Option<Interner>) -> Vec<Level4> {
+    let details = details.map(Arc::new);
+    let mut chunks: Vec<Vec<Vec<Entry>>> = vec![Vec::new(); windows.len()];
+    for job in jobs {
+        if let Some(c) = chunks.first_mut() {
+            c.push(job.first);
+        }
+        for (w, entries) in job.rest {
+            chunks[w as usize].push(entries);
+        }
+    }
+    chunks
+        .into_iter()
+        .map(|c| Level4::from_chunks(c, details.clone()))
+        .collect()
+}
+
 /// The cluster-wide slot sweep (section 5) as level-4 nodes.
-fn slot_entries(
-    ds: &Dataset,
-    victim: &[bool],
-    win: (Micros, Micros),
-    mode: Attribution,
-) -> Vec<Entry> {
+fn slot_entries(ds: &Dataset, victim: &[bool], windows: &Windows, mode: Attribution) -> Nodes {
     let slots_idx = super::model::resource_index(Resource::Slots);
     let slot_rows: Vec<&[super::model::HostRow]> = (0..ds.hosts.len())
         .map(|h| ds.host_rows[h * N_RES + slots_idx].as_slice())
         .collect();
-    let cells = sweep::sweep_slots(ds, &slot_rows, victim, win, mode);
-    let mut entries = Vec::new();
-    push_cells(&mut entries, cells, Resource::Slots, None);
-    entries
+    let cells = sweep::sweep_slots(ds, &slot_rows, victim, windows, mode);
+    let mut nodes = Nodes::default();
+    nodes.push_cells(cells, Resource::Slots, None);
+    nodes
 }
 
 /// The window rows of some hosts (one host bucket), grouped by (host,
@@ -77,9 +126,9 @@ fn sweep_part(
     tasks_by_host: &[Vec<u32>],
     parts: &[&Part],
     victim: &[bool],
-    win: (Micros, Micros),
+    windows: &Windows,
     mode: Attribution,
-) -> Vec<Entry> {
+) -> Nodes {
     let mut synth: FxHashMap<usize, Vec<WindowRow>> = FxHashMap::default();
     for &h in hosts {
         for &t in &tasks_by_host[h as usize] {
@@ -100,7 +149,7 @@ fn sweep_part(
         })
         .collect();
     groups.sort_unstable();
-    let mut entries = Vec::new();
+    let mut nodes = Nodes::default();
     for g in groups {
         let rows: Vec<&[WindowRow]> = parts
             .iter()
@@ -108,9 +157,9 @@ fn sweep_part(
             .chain(synth.get(&g))
             .map(|v| v.as_slice())
             .collect();
-        sweep_one(ds, g, &rows, victim, win, mode, &mut entries);
+        sweep_one(ds, g, &rows, victim, windows, mode, &mut nodes);
     }
-    entries
+    nodes
 }
 
 /// The sweep of group `g` (a host and resource) over `rows`, its level-4
@@ -120,22 +169,23 @@ fn sweep_one(
     g: usize,
     rows: &[&[WindowRow]],
     victim: &[bool],
-    win: (Micros, Micros),
+    windows: &Windows,
     mode: Attribution,
-    out: &mut Vec<Entry>,
+    out: &mut Nodes,
 ) {
     let r = Resource::ALL[g % N_RES];
-    let cells = sweep::sweep_group(ds, r, rows, &ds.host_rows[g], victim, win, mode);
-    push_cells(out, cells, r, Some((g / N_RES) as u32));
+    let cells = sweep::sweep_group(ds, r, rows, &ds.host_rows[g], victim, windows, mode);
+    out.push_cells(cells, r, Some((g / N_RES) as u32));
 }
 
 /// The sweeps, both cores: one job per (host, resource), plus the slots.
+/// One [`Level4`] per window.
 pub(crate) fn in_memory(
     ds: &Dataset,
     victim: &[bool],
-    win: (Micros, Micros),
+    windows: &Windows,
     mode: Attribution,
-) -> Result<Level4, MethodError> {
+) -> Result<Vec<Level4>, MethodError> {
     // Rows of tasks known only by their totals.
     let mut synth: Vec<Vec<WindowRow>> = vec![Vec::new(); ds.windows.len()];
     for (i, t) in ds.tasks.iter().enumerate() {
@@ -153,16 +203,16 @@ pub(crate) fn in_memory(
     let chunks = parallel(jobs.len(), |j| {
         let g = jobs[j];
         if g == usize::MAX {
-            return slot_entries(ds, victim, win, mode);
+            return slot_entries(ds, victim, windows, mode);
         }
-        let mut entries = Vec::new();
+        let mut nodes = Nodes::default();
         let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
-        sweep_one(ds, g, &rows, victim, win, mode, &mut entries);
-        entries
+        sweep_one(ds, g, &rows, victim, windows, mode, &mut nodes);
+        nodes
     });
     // Within a job the order is that of an FxHashMap (no random seed):
     // deterministic for the same data.
-    Ok(Level4::from_chunks(chunks?, None))
+    Ok(by_window(chunks?, windows, None))
 }
 
 /// Runs `job(0..n)` on every core, jobs taken in order; the results come
@@ -215,20 +265,6 @@ pub(crate) fn parallel<T: Send>(
     Ok(by_job.into_iter().map(|(_, t)| t).collect())
 }
 
-fn push_cells(out: &mut Vec<Entry>, cells: Cells, resource: Resource, host: Option<u32>) {
-    out.extend(cells.into_iter().map(|((stage, detail, c), seconds)| {
-        Entry::new(
-            stage,
-            resource,
-            detail,
-            host,
-            Culprit::from_code(c),
-            None,
-            seconds,
-        )
-    }));
-}
-
 /// Rows of one part whose task ran on a host of another bucket (a task
 /// stored again later with another host): (bucket, task, group, row).
 type Strays = Vec<(usize, u32, usize, WindowRow)>;
@@ -265,14 +301,15 @@ pub trait BucketSource: Sync {
 }
 
 /// The sweeps over window rows read bucket by bucket from `source`, one
-/// bucket per job on every core, plus the slot sweep.
+/// bucket per job on every core, plus the slot sweep. One [`Level4`] per
+/// window: the store is read once for all of them.
 pub(crate) fn streamed<S: BucketSource>(
     ds: &Dataset,
     source: &S,
     victim: &[bool],
-    win: (Micros, Micros),
+    windows: &Windows,
     mode: Attribution,
-) -> Result<Level4, S::Error> {
+) -> Result<Vec<Level4>, S::Error> {
     let n = source.buckets();
     let groups = ds.windows.len();
     let tasks_by_host = ds.tasks_by_host();
@@ -313,18 +350,18 @@ pub(crate) fn streamed<S: BucketSource>(
         })?;
         Ok(part)
     };
-    let sweep_bucket = |b: usize, extra: &[&Part]| -> Vec<Entry> {
+    let sweep_bucket = |b: usize, extra: &[&Part]| -> Nodes {
         let parts: Vec<&Part> = loose.iter().chain(extra.iter().copied()).collect();
-        sweep_part(ds, &hosts[b], &tasks_by_host, &parts, victim, win, mode)
+        sweep_part(ds, &hosts[b], &tasks_by_host, &parts, victim, windows, mode)
     };
     let swept = AtomicUsize::new(0);
-    let jobs = parallel(n + 1, |j| -> Result<(Vec<Entry>, Strays), S::Error> {
+    let jobs = parallel(n + 1, |j| -> Result<(Nodes, Strays), S::Error> {
         if j == 0 {
-            return Ok((slot_entries(ds, victim, win, mode), Vec::new()));
+            return Ok((slot_entries(ds, victim, windows, mode), Vec::new()));
         }
         let b = j - 1;
         if may_skip && hosts[b].is_empty() {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok((Nodes::default(), Vec::new()));
         }
         let mut strays = Strays::new();
         let part = read_bucket(b, &mut strays)?;
@@ -351,7 +388,7 @@ pub(crate) fn streamed<S: BucketSource>(
         let part = read_bucket(b, &mut Strays::new())?;
         chunks[b + 1] = sweep_bucket(b, &[&part, &extra]);
     }
-    Ok(Level4::from_chunks(chunks, Some(source.details()?)))
+    Ok(by_window(chunks, windows, Some(source.details()?)))
 }
 
 #[cfg(test)]

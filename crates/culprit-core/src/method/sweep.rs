@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 
 use super::beta;
 use super::model::{Dataset, HostRow, Micros, WindowRow};
+use super::series::Windows;
 use crate::Resource;
 
 /// Culprit codes beside stage ids (stage ids never reach them: a dataset
@@ -35,8 +36,9 @@ pub enum Attribution {
     Paper,
 }
 
-/// Blame of one victim stage, detail and culprit, in seconds.
-pub type Cells = FxHashMap<(u32, u32, u32), f64>;
+/// Blame of one (window, victim stage, detail, culprit), in seconds; the
+/// window is an index into the analysis' [`Windows`].
+pub type Cells = FxHashMap<(u32, u32, u32, u32), f64>;
 
 const EPS: f64 = 1e-12;
 
@@ -109,14 +111,16 @@ impl ActiveSet {
     }
 }
 
-/// Attributes the blocked time of victim rows on one (host, resource).
+/// Attributes the blocked time of victim rows on one (host, resource), in
+/// each of `windows` (rows are cut at the window bounds: each window gets
+/// what a sweep of that window alone gives).
 pub fn sweep_group(
     ds: &Dataset,
     resource: Resource,
     rows: &[&[WindowRow]],
     host_rows: &[HostRow],
     victim: &[bool],
-    window: (Micros, Micros),
+    windows: &Windows,
     mode: Attribution,
 ) -> Cells {
     let Group {
@@ -125,12 +129,12 @@ pub fn sweep_group(
         stages,
         keys,
         gc_by_key,
-    } = Group::collect(ds, resource, rows, victim, window, mode);
+    } = Group::collect(ds, resource, rows, victim, windows, mode);
     let mut cells = Cells::default();
     for (k, &g) in gc_by_key.iter().enumerate() {
         if g > 0.0 {
-            let (vs, d) = keys[k];
-            cells.insert((vs, d, GC), g);
+            let (vs, d, w) = keys[k];
+            cells.insert((w, vs, d, GC), g);
         }
     }
     if !sweep.iter().any(|r| r.victim) {
@@ -139,7 +143,7 @@ pub fn sweep_group(
     }
     // Host rows are events too, numbered after the sweep rows.
     let base = sweep.len() as u32;
-    let host_rates = host_events(host_rows, window, base, &mut events);
+    let host_rates = host_events(host_rows, windows.whole(), base, &mut events);
     events.sort_unstable_by_key(|e| e.0);
 
     let mut state = Settlement::new(keys.len(), stages.len(), sweep.len());
@@ -167,17 +171,17 @@ pub fn sweep_group(
     state.into_cells(&keys, &stages, mode, cells)
 }
 
-/// The rows of one group as the sweep sees them, with local dense ids for
-/// stages and (stage, detail) keys, so that the hot loop indexes vectors
-/// instead of hashing.
+/// The rows of one group as the sweep sees them (each cut at the window
+/// bounds), with local dense ids for stages and (stage, detail, window)
+/// keys, so that the hot loop indexes vectors instead of hashing.
 struct Group {
     sweep: Vec<Row>,
     /// (time, row index << 1 | is_end)
     events: Vec<(Micros, u32)>,
     /// Local -> global stage.
     stages: Vec<u32>,
-    /// Local -> (global stage, detail).
-    keys: Vec<(u32, u32)>,
+    /// Local -> (global stage, detail, window).
+    keys: Vec<(u32, u32, u32)>,
     /// Per local key, GC seconds.
     gc_by_key: Vec<f64>,
 }
@@ -188,7 +192,7 @@ impl Group {
         resource: Resource,
         rows: &[&[WindowRow]],
         victim: &[bool],
-        (from, to): (Micros, Micros),
+        windows: &Windows,
         mode: Attribution,
     ) -> Group {
         let mut g = Group {
@@ -199,70 +203,73 @@ impl Group {
             gc_by_key: Vec::new(),
         };
         let mut stage_ids: FxHashMap<u32, u32> = FxHashMap::default();
-        let mut key_ids: FxHashMap<(u32, u32), u32> = FxHashMap::default();
-        let mut last_task = u32::MAX;
-        let mut last_ids = (0u32, 0u32, 0u32);
+        let mut key_ids: FxHashMap<(u32, u32, u32), u32> = FxHashMap::default();
+        // The local ids of the last (task, detail, window) seen: rows come
+        // grouped by task.
+        let mut last = (u32::MAX, u32::MAX, u32::MAX);
+        let mut last_ids = (0u32, 0u32);
         for row in rows.iter().flat_map(|r| r.iter()) {
             let len = (row.end - row.start) as f64;
-            let Some((s, e)) = clip(row.start, row.end, from, to) else {
-                continue;
-            };
             if len <= 0.0 {
                 continue;
             }
             let stage = row.stage;
             let is_victim = victim[stage as usize];
-            if row.task != last_task || row.detail != last_ids.2 {
-                let st = *stage_ids.entry(stage).or_insert_with(|| {
-                    g.stages.push(stage);
-                    g.stages.len() as u32 - 1
-                });
-                let k = *key_ids.entry((stage, row.detail)).or_insert_with(|| {
-                    g.keys.push((stage, row.detail));
-                    g.gc_by_key.push(0.0);
-                    g.keys.len() as u32 - 1
-                });
-                last_task = row.task;
-                last_ids = (st, k, row.detail);
-            }
-
             let (b, a, gc) = (row.blocked / len, row.acquired / len, row.gc() / len);
-            let mut rest = 0.0;
+            let (mut rest, mut gc_rate) = (0.0, 0.0);
             if is_victim {
                 let mut wt = b;
                 if resource == Resource::Cpu && gc > 0.0 {
                     // A GC pause is blocked time; it goes to `gc` whole, first.
                     wt = wt.max(gc);
-                    g.gc_by_key[last_ids.1 as usize] += gc * (e - s) as f64;
+                    gc_rate = gc;
                     rest = wt - gc;
                 } else {
                     rest = wt;
                 }
             }
             let victim_row = is_victim && rest > 0.0;
-            if a <= 0.0 && !victim_row {
-                continue; // neither consumer nor victim here
+            for (w, s, e) in windows.pieces(row.start, row.end) {
+                if (row.task, row.detail, w) != last {
+                    let st = *stage_ids.entry(stage).or_insert_with(|| {
+                        g.stages.push(stage);
+                        g.stages.len() as u32 - 1
+                    });
+                    let k = *key_ids.entry((stage, row.detail, w)).or_insert_with(|| {
+                        g.keys.push((stage, row.detail, w));
+                        g.gc_by_key.push(0.0);
+                        g.keys.len() as u32 - 1
+                    });
+                    last = (row.task, row.detail, w);
+                    last_ids = (st, k);
+                }
+                if gc_rate > 0.0 {
+                    g.gc_by_key[last_ids.1 as usize] += gc_rate * (e - s) as f64;
+                }
+                if a <= 0.0 && !victim_row {
+                    continue; // neither consumer nor victim here
+                }
+                let i = g.sweep.len() as u32;
+                g.sweep.push(Row {
+                    stage: last_ids.0,
+                    key: last_ids.1,
+                    a,
+                    rest,
+                    run: if mode == Attribution::Paper {
+                        let t = &ds.tasks[row.task as usize];
+                        ((t.finish - t.launch) as f64 / 1e6).max(1e-6)
+                    } else {
+                        0.0
+                    },
+                    victim: victim_row,
+                    phi: 0.0,
+                    ext: 0.0,
+                    unk: 0.0,
+                    total: 0.0,
+                });
+                g.events.push((s, i << 1));
+                g.events.push((e, (i << 1) | 1));
             }
-            let i = g.sweep.len() as u32;
-            g.sweep.push(Row {
-                stage: last_ids.0,
-                key: last_ids.1,
-                a,
-                rest,
-                run: if mode == Attribution::Paper {
-                    let t = &ds.tasks[row.task as usize];
-                    ((t.finish - t.launch) as f64 / 1e6).max(1e-6)
-                } else {
-                    0.0
-                },
-                victim: victim_row,
-                phi: 0.0,
-                ext: 0.0,
-                unk: 0.0,
-                total: 0.0,
-            });
-            g.events.push((s, i << 1));
-            g.events.push((e, (i << 1) | 1));
         }
         g
     }
@@ -522,13 +529,13 @@ impl Settlement {
     /// form), or each key's blocked seconds split by beta (paper form).
     fn into_cells(
         self,
-        keys: &[(u32, u32)],
+        keys: &[(u32, u32, u32)],
         stages: &[u32],
         mode: Attribution,
         mut cells: Cells,
     ) -> Cells {
         for (k, list) in self.pairs.iter().enumerate() {
-            let (vs, d) = keys[k];
+            let (vs, d, w) = keys[k];
             let Side {
                 external: ext,
                 unknown: unk,
@@ -539,20 +546,20 @@ impl Settlement {
             match mode {
                 Attribution::Window => {
                     for &(c, x) in list {
-                        *cells.entry((vs, d, stages[c as usize])).or_insert(0.0) += x;
+                        *cells.entry((w, vs, d, stages[c as usize])).or_insert(0.0) += x;
                     }
                     if ext > 0.0 {
-                        *cells.entry((vs, d, EXTERNAL)).or_insert(0.0) += ext;
+                        *cells.entry((w, vs, d, EXTERNAL)).or_insert(0.0) += ext;
                     }
                     if unk > 0.0 {
-                        *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
+                        *cells.entry((w, vs, d, UNKNOWN)).or_insert(0.0) += unk;
                     }
                 }
                 Attribution::Paper => {
                     // BC4 = BC3 * beta_cs / sum beta, per level-3 node; blocked
                     // time where the victim acquired nothing (no beta) is unknown.
                     if unk > 0.0 {
-                        *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += unk;
+                        *cells.entry((w, vs, d, UNKNOWN)).or_insert(0.0) += unk;
                     }
                     let betas = list
                         .iter()
@@ -564,10 +571,10 @@ impl Settlement {
                     }
                     if sum > 0.0 {
                         for (c, b) in betas.filter(|(_, b)| *b > 0.0) {
-                            *cells.entry((vs, d, c)).or_insert(0.0) += total * b / sum;
+                            *cells.entry((w, vs, d, c)).or_insert(0.0) += total * b / sum;
                         }
                     } else {
-                        *cells.entry((vs, d, UNKNOWN)).or_insert(0.0) += total;
+                        *cells.entry((w, vs, d, UNKNOWN)).or_insert(0.0) += total;
                     }
                 }
             }
@@ -589,11 +596,11 @@ struct Side {
     beta_unknown: f64,
 }
 
-/// Moves a pair's accumulated seconds into `cells`.
+/// Moves a pair's accumulated seconds into `cells`, in window `w`.
 #[inline]
-fn flush(cells: &mut Cells, x: &mut f64, victim: u32, culprit: u32) {
+fn flush(cells: &mut Cells, x: &mut f64, w: u32, victim: u32, culprit: u32) {
     if *x != 0.0 {
-        *cells.entry((victim, 0, culprit)).or_insert(0.0) += *x;
+        *cells.entry((w, victim, 0, culprit)).or_insert(0.0) += *x;
         *x = 0.0;
     }
 }
@@ -648,16 +655,19 @@ impl SlotSet {
 /// All waiting tasks share one density `1 / (held + free)`, so its integral
 /// `Phi` is global. A task starting or finishing costs O(1); a (waiting
 /// stage, holding stage) pair is settled only when the waiting stage's count
-/// changes or the holding stage starts or stops holding (see below).
+/// changes or the holding stage starts or stops holding (see below), and at
+/// each bound between `windows`, where every pair is settled into the window
+/// that ends there.
 pub fn sweep_slots(
     ds: &Dataset,
     slot_rows: &[&[HostRow]],
     victim: &[bool],
-    window: (Micros, Micros),
+    windows: &Windows,
     mode: Attribution,
 ) -> Cells {
-    let (from, to) = window;
-    // (time, kind: 0 hold, 1 wait, 2 capacity, delta, stage or capacity row)
+    let (from, to) = windows.whole();
+    // (time, kind: 0 hold, 1 wait, 2 capacity, 3 window bound, delta,
+    // stage, capacity row or window)
     let mut events: Vec<(Micros, u8, i8, u32)> = Vec::new();
     for t in &ds.tasks {
         if let Some((s, e)) = clip(t.launch, t.finish, from, to) {
@@ -687,6 +697,9 @@ pub fn sweep_slots(
             events.push((e, 2, -1, i as u32));
         }
     }
+    for (b, w) in windows.inner_bounds() {
+        events.push((b, 3, 0, w));
+    }
     // Only the time orders events: within one instant nothing is integrated.
     events.sort_unstable_by_key(|e| e.0);
 
@@ -702,6 +715,10 @@ pub fn sweep_slots(
     let mut wait = vec![0i64; n_st];
     let mut last_u = vec![0.0f64; n_st]; // Psi at the last change of wait[s]
     let mut unknown = vec![0.0f64; n_st];
+    // Stages with unknown seconds not yet moved to `cells`.
+    let mut unknown_of: Vec<u32> = Vec::new();
+    // The window the seconds accumulated now belong to.
+    let mut cur = 0u32;
     let mut holders = SlotSet::new(n_st);
     let mut waiters = SlotSet::new(n_st);
     // Per (waiter slot, holder slot): H of the holder at the waiter's last
@@ -756,7 +773,7 @@ pub fn sweep_slots(
                     for &(vs, ws) in &waiters.items {
                         let ws = ws as usize;
                         acc[ws][hs] += wait[vs as usize] as f64 * (h_val[cs] - snap[ws][hs]);
-                        flush(&mut cells, &mut acc[ws][hs], vs, id);
+                        flush(&mut cells, &mut acc[ws][hs], cur, vs, id);
                     }
                 }
             }
@@ -770,6 +787,9 @@ pub fn sweep_slots(
                         let hs = hs as usize;
                         acc[ws][hs] += w * (h - snap[ws][hs]);
                         snap[ws][hs] = h;
+                    }
+                    if unknown[vs] == 0.0 {
+                        unknown_of.push(id);
                     }
                     unknown[vs] += w * (psi - last_u[vs]);
                     ws
@@ -793,13 +813,40 @@ pub fn sweep_slots(
                 if wait[vs] == 0 {
                     waiters.remove(id);
                     for &(cs, hs) in &holders.items {
-                        flush(&mut cells, &mut acc[ws][hs as usize], id, cs);
+                        flush(&mut cells, &mut acc[ws][hs as usize], cur, id, cs);
                     }
                 }
             }
-            _ => {
+            2 => {
                 capacity += delta as f64 * caps[id as usize];
                 cap_rows += delta as i64;
+            }
+            _ => {
+                // A window bound: settle every pair and the unknown so far
+                // into the window that ends here; waits go on in the next.
+                for &(vs, ws) in &waiters.items {
+                    let (vs, ws) = (vs as usize, ws as usize);
+                    let w = wait[vs] as f64;
+                    for &(cs, hs) in &holders.items {
+                        let h = h_now(cs as usize, &held, &h_val, &h_phi, phi);
+                        let hs = hs as usize;
+                        acc[ws][hs] += w * (h - snap[ws][hs]);
+                        snap[ws][hs] = h;
+                        flush(&mut cells, &mut acc[ws][hs], cur, vs as u32, cs);
+                    }
+                    if unknown[vs] == 0.0 {
+                        unknown_of.push(vs as u32);
+                    }
+                    unknown[vs] += w * (psi - last_u[vs]);
+                    last_u[vs] = psi;
+                }
+                for vs in unknown_of.drain(..) {
+                    let u = std::mem::take(&mut unknown[vs as usize]);
+                    if u != 0.0 {
+                        *cells.entry((cur, vs, 0, UNKNOWN)).or_insert(0.0) += u;
+                    }
+                }
+                cur = id;
             }
         }
     }
@@ -811,12 +858,14 @@ pub fn sweep_slots(
             let hs = hs as usize;
             let h = h_now(cs as usize, &held, &h_val, &h_phi, phi);
             acc[ws][hs] += wait[vs as usize] as f64 * (h - snap[ws][hs]);
-            flush(&mut cells, &mut acc[ws][hs], vs, cs);
+            flush(&mut cells, &mut acc[ws][hs], cur, vs, cs);
         }
     }
-    for (vs, &u) in unknown.iter().enumerate() {
+    for vs in unknown_of {
+        // A stage may be listed twice: take its seconds once.
+        let u = std::mem::take(&mut unknown[vs as usize]);
         if u != 0.0 {
-            *cells.entry((vs as u32, 0, UNKNOWN)).or_insert(0.0) += u;
+            *cells.entry((cur, vs, 0, UNKNOWN)).or_insert(0.0) += u;
         }
     }
     cells.retain(|_, v| *v > EPS);

@@ -568,10 +568,10 @@ proptest! {
             let r = Resource::ALL[g % model::N_RES];
             let got = sweep::sweep_group(
                 &ds, r, &[ds.windows[g].as_slice()], &ds.host_rows[g], &victim,
-                (i64::MIN, i64::MAX), Attribution::Window,
+                &Windows::one((i64::MIN, i64::MAX)), Attribution::Window,
             );
             let mut got_by: FxHashMap<(u32, u32), f64> = FxHashMap::default();
-            for ((v, _, c), x) in got {
+            for ((_, v, _, c), x) in got {
                 *got_by.entry((v, c)).or_default() += x;
             }
             let want = group_brute_force(&ds, g);
@@ -603,9 +603,9 @@ proptest! {
             .map(|h| ds.host_rows[Dataset::group(h as u32, Resource::Slots)].as_slice())
             .collect();
         let victim = vec![true; ds.stages.len()];
-        let got = sweep::sweep_slots(&ds, &rows, &victim, (i64::MIN, i64::MAX), Attribution::Window);
+        let got = sweep::sweep_slots(&ds, &rows, &victim, &Windows::one((i64::MIN, i64::MAX)), Attribution::Window);
         let want = slots_brute_force(&ds, &caps);
-        let got: FxHashMap<(u32, u32), f64> = got.into_iter().map(|((v, _, c), x)| ((v, c), x)).collect();
+        let got: FxHashMap<(u32, u32), f64> = got.into_iter().map(|((_, v, _, c), x)| ((v, c), x)).collect();
         for (k, w) in &want {
             let g = got.get(k).copied().unwrap_or(0.0);
             prop_assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{k:?}: got {g}, want {w}");
@@ -682,6 +682,73 @@ proptest! {
         let moved = b.get("q1").copied().unwrap_or(0.0);
         let ext = a.get("external").copied().unwrap_or(0.0) - b.get("external").copied().unwrap_or(0.0);
         prop_assert!((moved - ext).abs() < 1e-6 * (1.0 + moved), "q1 had {moved}, external grew {ext}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A series (one sweep cut at the window bounds) gives in each window
+    /// the level-4 nodes and overlaps of a call with that window alone (a
+    /// sweep of rows clipped to it), for every option of section 5.
+    #[test]
+    fn series_equals_per_window_calls(
+        tasks in proptest::collection::vec(rand_task(), 1..14),
+        hosts in any::<bool>(),
+        caps in proptest::collection::vec((0u8..30, 1u8..20, 0u8..6), 0..3),
+        from_ds in -20i64..200,
+        span_ds in 1i64..400,
+        step_ms in 150i64..9_000,
+        named in any::<bool>(),
+        all_stages in any::<bool>(),
+        paper in any::<bool>(),
+        transitive in any::<bool>(),
+    ) {
+        let mut ds = build(&tasks, false, hosts);
+        for &(s, l, c) in &caps {
+            let (s, e) = (s as i64 * S, (s as i64 + l as i64) * S);
+            ds.add_host_row("h0", Resource::Slots, HostRow { start: s, end: e, capacity: Some(c as f64), used: None });
+        }
+        let (from, to) = (from_ds * S / 10, (from_ds + span_ds) * S / 10);
+        let step = step_ms * 1000;
+        let windows = Windows::series(from, to, step).unwrap();
+        let victim = ds.queries.name(0).to_string();
+        let opts = BlameOptions {
+            victims: named.then(|| vec![victim]),
+            stages: if all_stages { VictimStages::All } else { VictimStages::CriticalPath },
+            attribution: if paper { Attribution::Paper } else { Attribution::Window },
+            slots: if transitive { SlotBlame::Transitive } else { SlotBlame::Direct },
+            from: Some(from),
+            to: Some(to),
+        };
+        let (victims, series) = blame_series(&ds, &opts, &windows).unwrap();
+        prop_assert_eq!(series.len(), windows.len());
+        let naive = overlap::naive_series(&ds, &victims.queries, &windows);
+        let deep = overlap::deep_series(&ds, &victims.queries, &windows);
+        for (w, (start, end)) in windows.iter().enumerate() {
+            let one = BlameOptions { from: Some(start), to: Some(end), ..opts.clone() };
+            let (v1, want) = blame(&ds, &one).unwrap();
+            let (got, want) = (summed(&ds, &series[w]), summed(&ds, &want));
+            for (k, x) in &want {
+                let g = got.get(k).copied().unwrap_or(0.0);
+                prop_assert!((g - x).abs() <= 1e-9 * (1.0 + x.abs()), "window {w} {k}: series {g}, call {x}");
+            }
+            for (k, g) in &got {
+                prop_assert!(want.contains_key(k) || g.abs() < 1e-9, "window {w} {k}: series {g}, call nothing");
+            }
+            let close_maps = |a: &overlap::Overlaps, b: &overlap::Overlaps| {
+                a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| (x - y).abs() < 1e-9))
+            };
+            // The union's victims include queries that did not run in this
+            // window: their spans may still cover it (culprits_series names its victim).
+            let naive_w: overlap::Overlaps = naive[w]
+                .iter()
+                .filter(|((v, _), _)| v1.queries.contains(v))
+                .map(|(k, x)| (*k, *x))
+                .collect();
+            prop_assert!(close_maps(&naive_w, &overlap::naive(&ds, &v1.queries, (start, end))), "naive, window {w}");
+            prop_assert!(close_maps(&deep[w], &overlap::deep(&ds, &v1.queries, (start, end))), "deep, window {w}");
+        }
     }
 }
 

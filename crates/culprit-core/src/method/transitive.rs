@@ -5,23 +5,49 @@
 use rustc_hash::FxHashMap;
 
 use super::level4::{Culprit, Entry, Level4};
-use super::model::{Dataset, Micros};
-use super::sweep;
+use super::model::Dataset;
+use super::series::Windows;
 use crate::Resource;
 
-/// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
-/// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`.
-pub(crate) fn transitive(
-    ds: &Dataset,
-    entries: &Level4,
-    (from, to): (Micros, Micros),
-) -> Vec<Entry> {
-    let mut run = vec![0.0f64; ds.stages.len()];
-    for t in &ds.tasks {
-        if let Some((s, e)) = sweep::clip(t.launch, t.finish, from, to) {
-            run[t.stage as usize] += (e - s) as f64 / 1e6;
+/// Seconds each stage's tasks ran in each window: by stage for a plain
+/// analysis' one window, by (window, stage) for a series.
+pub(crate) enum RunSeconds {
+    One(Vec<f64>),
+    Series(FxHashMap<(u32, u32), f64>),
+}
+
+impl RunSeconds {
+    pub(crate) fn of(ds: &Dataset, windows: &Windows) -> RunSeconds {
+        if windows.len() == 1 {
+            let mut run = vec![0.0f64; ds.stages.len()];
+            for t in &ds.tasks {
+                for (_, s, e) in windows.pieces(t.launch, t.finish) {
+                    run[t.stage as usize] += (e - s) as f64 / 1e6;
+                }
+            }
+            return RunSeconds::One(run);
+        }
+        let mut run: FxHashMap<(u32, u32), f64> = FxHashMap::default();
+        for t in &ds.tasks {
+            for (w, s, e) in windows.pieces(t.launch, t.finish) {
+                *run.entry((w, t.stage)).or_insert(0.0) += (e - s) as f64 / 1e6;
+            }
+        }
+        RunSeconds::Series(run)
+    }
+
+    fn get(&self, w: u32, stage: u32) -> f64 {
+        match self {
+            RunSeconds::One(v) => v[stage as usize],
+            RunSeconds::Series(m) => m.get(&(w, stage)).copied().unwrap_or(0.0),
         }
     }
+}
+
+/// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
+/// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`; `entries` are
+/// window `w`'s.
+pub(crate) fn transitive(entries: &Level4, run: &RunSeconds, w: u32) -> Vec<Entry> {
     let mut rho: FxHashMap<u32, Vec<(Culprit, f64)>> = FxHashMap::default();
     for e in entries.iter().filter(|e| e.resource != Resource::Slots) {
         let v = rho.entry(e.stage).or_default();
@@ -32,7 +58,7 @@ pub(crate) fn transitive(
         }
     }
     for (cs, v) in rho.iter_mut() {
-        let r = run[*cs as usize];
+        let r = run.get(w, *cs);
         if r <= 0.0 {
             v.clear();
             continue;

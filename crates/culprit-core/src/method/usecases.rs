@@ -41,6 +41,18 @@ pub fn culprits(
 ) -> Vec<CulpritRow> {
     let naive = overlap::naive(ds, &victims.queries, win);
     let deep = overlap::deep(ds, &victims.queries, win);
+    culprits_from(ds, entries, &naive, &deep)
+}
+
+/// [`culprits`] with the overlap baselines already found (the windows of a
+/// series find them in one pass, `overlap::naive_series` and
+/// `overlap::deep_series`).
+pub fn culprits_from(
+    ds: &Dataset,
+    entries: &Level4,
+    naive: &overlap::Overlaps,
+    deep: &overlap::Overlaps,
+) -> Vec<CulpritRow> {
     let bc0 = Bc0::of(ds, entries);
     let mut seconds: FxHashMap<(u32, CulpritKind, Option<u32>), f64> = FxHashMap::default();
     for e in entries {
