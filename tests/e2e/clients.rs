@@ -8,7 +8,7 @@ use std::process::Command;
 
 use culprit_store::Store;
 
-use crate::common::{demo_store, psql, psql17, psql_with, repo_root, start_server};
+use crate::common::{demo_store, psql, psql17, psql_with, repo_root, run_pgjdbc, start_server};
 
 fn python_suite(addr: SocketAddr, suite: &str) {
     let script = repo_root().join("tests/clients/clients.py");
@@ -50,35 +50,9 @@ async fn python_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jdbc() {
-    let jar = "/usr/share/java/postgresql.jar";
-    assert!(
-        std::path::Path::new(jar).exists(),
-        "{jar} is missing: install libpostgresql-jdbc-java (.ci/run does)"
-    );
     let (tmp, store) = demo_store();
     let (addr, _h) = start_server(Store::open(&store).unwrap()).await;
-    let classes = tmp.path().join("classes");
-    let out = Command::new("javac")
-        .arg("-d")
-        .arg(&classes)
-        .args(["-cp", jar])
-        .arg(repo_root().join("tests/clients/Jdbc.java"))
-        .output()
-        .expect("javac");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("java")
-            .args(["-cp", &format!("{jar}:{}", classes.display()), "Jdbc"])
-            .args([&addr.ip().to_string(), &addr.port().to_string()])
-            .output()
-            .expect("java")
-    })
-    .await
-    .unwrap();
+    let out = run_pgjdbc(tmp.path(), "Jdbc", addr).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

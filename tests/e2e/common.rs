@@ -186,3 +186,39 @@ pub fn users() -> culprit_server::Users {
     );
     Users::parse(&text).unwrap()
 }
+
+/// pgjdbc, Debian's `libpostgresql-jdbc-java` (`.ci/run` installs it).
+pub const PGJDBC: &str = "/usr/share/java/postgresql.jar";
+
+/// Compiles `tests/clients/{class}.java` into `dir`/classes and runs it
+/// against the server at `addr` (`java ... {class} HOST PORT`), on a
+/// blocking thread: the server needs the async ones.
+pub async fn run_pgjdbc(dir: &Path, class: &str, addr: SocketAddr) -> Output {
+    assert!(
+        Path::new(PGJDBC).exists(),
+        "{PGJDBC} is missing: install libpostgresql-jdbc-java (.ci/run does)"
+    );
+    let classes = dir.join("classes");
+    let out = Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .args(["-cp", PGJDBC])
+        .arg(repo_root().join(format!("tests/clients/{class}.java")))
+        .output()
+        .expect("javac");
+    assert!(
+        out.status.success(),
+        "javac {class}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let class = class.to_string();
+    tokio::task::spawn_blocking(move || {
+        Command::new("java")
+            .args(["-cp", &format!("{PGJDBC}:{}", classes.display()), &class])
+            .args([&addr.ip().to_string(), &addr.port().to_string()])
+            .output()
+            .expect("java")
+    })
+    .await
+    .expect("java thread")
+}

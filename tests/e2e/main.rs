@@ -9,6 +9,7 @@ mod faults;
 mod foreign_files;
 mod html;
 mod ingest;
+mod jdbc_meta;
 mod load;
 mod papers;
 mod policy;

@@ -89,6 +89,8 @@ impl SchemaProvider for Catalog {
                 namespaces: self.inner.table("pg_namespace").await?,
             }))),
             ("pg_settings", Some(builtin)) => Ok(Some(settings(builtin.schema())?)),
+            ("pg_database", Some(builtin)) => Ok(Some(database(builtin)?)),
+            ("pg_index" | "pg_constraint", Some(builtin)) => Ok(Some(no_rows(builtin.schema())?)),
             (_, table) => Ok(table),
         }
     }
@@ -118,6 +120,85 @@ fn column(values: Vec<ScalarValue>, to: &DataType) -> Result<ArrayRef> {
     } else {
         datafusion::arrow::compute::cast(&array, to)?
     })
+}
+
+/// `pg_database`: the built-in rows with culprit's database named as
+/// clients connect to it (`compat::DATABASE`, what `current_database()`
+/// answers) instead of the session's catalog, `datafusion`; DBeaver looks
+/// its database up by that name. A view over the built-in table, renamed
+/// as it is read: the catalog builds `pg_class` by asking for every table
+/// of this schema, so asking must not read any.
+fn database(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::datasource::{provider_as_source, ViewTable};
+    use datafusion::logical_expr::{col, lit, when, LogicalPlanBuilder};
+    let schema = builtin.schema();
+    let columns: Vec<Expr> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let c = col(format!("pg_database.{}", f.name()));
+            if f.name() != "datname" {
+                return Ok(c);
+            }
+            let name = datafusion::logical_expr::cast(c.clone(), DataType::Utf8);
+            Ok(datafusion::logical_expr::cast(
+                when(
+                    name.clone().eq(lit("datafusion")),
+                    lit(crate::compat::DATABASE),
+                )
+                .otherwise(name)?,
+                f.data_type().clone(),
+            )
+            .alias("datname"))
+        })
+        .collect::<Result<_>>()?;
+    let plan = LogicalPlanBuilder::scan("pg_database", provider_as_source(builtin), None)?
+        .project(columns)?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// The array columns of `pg_index` and `pg_constraint` (int2vector,
+/// oidvector, int2[], oid[] in PostgreSQL; text in the built-in tables).
+const KEY_ARRAYS: &[(&str, DataType)] = &[
+    ("indkey", DataType::Int16),
+    ("indoption", DataType::Int16),
+    ("indcollation", DataType::Int32),
+    ("indclass", DataType::Int32),
+    ("conkey", DataType::Int16),
+    ("confkey", DataType::Int16),
+    ("confdelsetcols", DataType::Int16),
+    ("conpfeqop", DataType::Int32),
+    ("conppeqop", DataType::Int32),
+    ("conffeqop", DataType::Int32),
+    ("conexclop", DataType::Int32),
+];
+
+/// `pg_index` and `pg_constraint` without rows: culprit's tables have no
+/// indexes, keys or constraints (the built-in rows describe PostgreSQL's
+/// own catalog tables, which culprit does not have), so pgjdbc's
+/// `getPrimaryKeys`, `getIndexInfo`, `getImportedKeys`, psql's `\d` and
+/// Metabase's index sync get PostgreSQL's empty answers. Their key columns
+/// are arrays, as in PostgreSQL, so the clients' array functions plan.
+fn no_rows(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match KEY_ARRAYS.iter().find(|(n, _)| n == f.name()) {
+            Some((_, item)) => Field::new(
+                f.name(),
+                DataType::List(Arc::new(Field::new_list_field(item.clone(), true))),
+                true,
+            ),
+            None => f.as_ref().clone(),
+        })
+        .collect();
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+        schema,
+        vec![vec![]],
+    )?))
 }
 
 /// `pg_settings`: culprit's settings (`compat::SETTINGS`, which

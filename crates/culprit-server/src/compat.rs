@@ -103,6 +103,9 @@ fn setting(name: &str) -> Option<&'static str> {
         .map(|(_, value, _)| *value)
 }
 
+/// The name of culprit's one database (`current_database()`, `pg_database`).
+pub const DATABASE: &str = "culprit";
+
 /// Built-in types: oid, the name `regtype` prints, other names it reads.
 const TYPES: &[(i32, &str, &[&str])] = &[
     (16, "boolean", &["bool"]),
@@ -256,7 +259,82 @@ fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
     ));
 }
 
+/// `information_schema._pg_expandarray(a)`: PostgreSQL's set of `(x, n)`
+/// rows, an array's elements with their positions, which pgjdbc's key and
+/// index calls (`getPrimaryKeys`, `getIndexInfo`, `getBestRowIdentifier`)
+/// and Metabase's index sync apply to `pg_index.indkey`. culprit has no
+/// indexes, so those queries read no row and the function is never
+/// evaluated; as a scalar it is exact for arrays of at most one element
+/// (no row for none) and refuses longer ones rather than drop rows.
+fn expandarray(ctx: &SessionContext) {
+    use datafusion::arrow::array::{Int32Array, Int64Array, StructArray};
+    use datafusion::arrow::datatypes::{Field, Fields};
+    let fields = Fields::from(vec![
+        Field::new("x", DataType::Int64, true),
+        Field::new("n", DataType::Int32, true),
+    ]);
+    let ret = DataType::Struct(fields.clone());
+    let udf = ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        "_pg_expandarray",
+        Signature::any(1, Volatility::Immutable),
+        ret,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let scalar = matches!(args[0], ColumnarValue::Scalar(_));
+            let arr = args[0].to_array(1)?;
+            let text = datafusion::arrow::compute::cast(&arr, &DataType::Utf8)?;
+            let text = text.as_string::<i32>();
+            let (mut x, mut n) = (Vec::new(), Vec::new());
+            for i in 0..text.len() {
+                let elems = if text.is_null(i) {
+                    vec![]
+                } else {
+                    items(text.value(i))
+                };
+                match elems.as_slice() {
+                    [] => {
+                        x.push(None);
+                        n.push(None);
+                    }
+                    [one] => {
+                        x.push(one.parse::<i64>().ok());
+                        n.push(Some(1));
+                    }
+                    _ => {
+                        return datafusion::common::exec_err!(
+                            "_pg_expandarray of {} elements: culprit answers it only for \
+                             arrays of at most one element (it has no indexes or keys)",
+                            elems.len()
+                        )
+                    }
+                }
+            }
+            let nulls: Vec<bool> = x.iter().map(|v| v.is_some()).collect();
+            let out: ArrayRef = Arc::new(StructArray::try_new(
+                fields.clone(),
+                vec![
+                    Arc::new(Int64Array::from(x)) as ArrayRef,
+                    Arc::new(Int32Array::from(n)) as ArrayRef,
+                ],
+                Some(nulls.into()),
+            )?);
+            Ok(if scalar {
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+            } else {
+                ColumnarValue::Array(out)
+            })
+        }),
+    ));
+    ctx.register_udf(udf);
+}
+
 pub fn register(ctx: &SessionContext) {
+    expandarray(ctx);
+    // The database clients connect to is `culprit` (pg_database: catalog.rs).
+    ctx.register_udf(
+        datafusion_postgres::datafusion_pg_catalog::pg_catalog::create_current_database_udf(
+            DATABASE,
+        ),
+    );
     // The catalog keeps pg_proc's arrays as text; pgcli reads them as arrays
     // (rewrite/pgcli.rs calls these for `proargtypes::regtype[]`, `proargnames`...).
     text_list(ctx, "culprit_regtype_names", |t| {
@@ -279,6 +357,20 @@ pub fn register(ctx: &SessionContext) {
     // No table has a serial column or identity sequence.
     constant(ctx, "pg_get_serial_sequence", 2, ScalarValue::Utf8(None));
     by_name(ctx, "to_regtype", type_oid);
+    // No indexes (pg_index is empty): pgjdbc's getIndexInfo names the
+    // function, with one argument or three.
+    ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        "pg_get_indexdef",
+        Signature::one_of(
+            vec![
+                datafusion::logical_expr::TypeSignature::Any(1),
+                datafusion::logical_expr::TypeSignature::Any(3),
+            ],
+            Volatility::Stable,
+        ),
+        DataType::Utf8,
+        Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    )));
     by_name(ctx, "current_setting", |n| setting(n).map(str::to_string));
 }
 

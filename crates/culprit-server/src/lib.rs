@@ -11,6 +11,7 @@ mod copy;
 mod guard;
 mod handlers;
 mod hooks;
+mod oid_types;
 mod parameters;
 mod pipeline;
 mod policy;

@@ -250,17 +250,20 @@ impl Pipeline {
     }
 
     /// Plans a tree, after the catalog rewrites of known clients, with the
-    /// store's user tables as they are now.
+    /// store's user tables as they are now; oid columns are described as
+    /// PostgreSQL describes them (`oid_types.rs`).
     async fn plan(&self, tree: &Statement) -> PgWireResult<LogicalPlan> {
         user_tables::sync(&self.ctx, &self.store)
             .await
             .map_err(api_error)?;
         let statement = crate::rewrite::catalog_query(tree).unwrap_or_else(|| tree.clone());
-        self.ctx
+        let plan = self
+            .ctx
             .state()
             .statement_to_plan(PlannableStatement::Statement(Box::new(statement)))
             .await
-            .map_err(api_error)
+            .map_err(api_error)?;
+        crate::oid_types::as_postgres(plan).map_err(api_error)
     }
 
     /// Executes a plan and encodes its result: rows in `format`, or the

@@ -70,6 +70,7 @@ impl SessionHooks {
         ctx: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
+        let statement = &*normalized(statement);
         for hook in &self.hooks {
             if let Some(plan) = hook
                 .handle_extended_parse_query(statement, ctx, client)
@@ -93,6 +94,7 @@ impl SessionHooks {
         // None of these hooks reads parameter values (they answer
         // statements without parameters), so none are decoded for them.
         let no_values = ParamValues::List(vec![]);
+        let statement = &*normalized(statement);
         if matches!(
             statement,
             Statement::Discard {
@@ -119,6 +121,23 @@ impl SessionHooks {
             }
         }
         None
+    }
+}
+
+/// `SHOW timezone` (any case) as `SHOW TIME ZONE`, the spelling
+/// datafusion-postgres answers; pgjdbc and Metabase send the first and got
+/// an empty value.
+fn normalized(statement: &Statement) -> std::borrow::Cow<'_, Statement> {
+    use datafusion::sql::sqlparser::ast::Ident;
+    match statement {
+        Statement::ShowVariable { variable }
+            if variable.len() == 1 && variable[0].value.eq_ignore_ascii_case("timezone") =>
+        {
+            std::borrow::Cow::Owned(Statement::ShowVariable {
+                variable: vec![Ident::new("time"), Ident::new("zone")],
+            })
+        }
+        _ => std::borrow::Cow::Borrowed(statement),
     }
 }
 

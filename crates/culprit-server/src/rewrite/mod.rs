@@ -13,6 +13,7 @@
 mod ast;
 pub mod grafana;
 mod pgcli;
+mod pgjdbc;
 mod psql;
 mod sqlalchemy;
 
@@ -30,7 +31,7 @@ impl VisitorMut for Rules {
 
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
         pgcli::keep_names(q);
-        self.changed |= grafana::rewrite_query(q);
+        self.changed |= grafana::rewrite_query(q) | pgjdbc::unique_names(q);
         ControlFlow::Continue(())
     }
 
@@ -40,7 +41,9 @@ impl VisitorMut for Rules {
             || pgcli::rewrite_expr(e)
             || grafana::rewrite_expr(e)
             || sqlalchemy::rewrite_expr(e)
-            || sqlalchemy::like_escape(e);
+            || sqlalchemy::like_escape(e)
+            || pgjdbc::rewrite_expr(e)
+            || pgjdbc::field_access(e);
         ControlFlow::Continue(())
     }
 }
@@ -126,6 +129,22 @@ mod tests {
         assert_eq!(
             rw("SELECT array_lower(c.x, 1), array_lower(c.x, 2) FROM pg_catalog.pg_class c"),
             "SELECT CASE WHEN cardinality(c.x) > 0 THEN 1 END, array_lower(c.x, 2) FROM pg_catalog.pg_class c"
+        );
+    }
+
+    #[test]
+    fn pgjdbc_regproc_comparison() {
+        assert_eq!(
+            rw("SELECT typinput = (SELECT max(oid) FROM pg_catalog.pg_proc WHERE proname = 'pg_catalog.array_in') AS is_array FROM pg_catalog.pg_type"),
+            "SELECT (CAST(typinput AS TEXT) = regexp_replace('pg_catalog.array_in', '^pg_catalog\\.', '') OR coalesce(CAST(typinput AS TEXT) = CAST((SELECT max(oid) FROM pg_catalog.pg_proc WHERE proname = 'pg_catalog.array_in') AS TEXT), false)) AS is_array FROM pg_catalog.pg_type"
+        );
+        assert_eq!(
+            rw("SELECT NULL AS a, n.nspname, NULL, NULL, NULL FROM pg_catalog.pg_namespace n"),
+            "SELECT NULL AS a, n.nspname, NULL, NULL AS NULL_2, NULL AS NULL_3 FROM pg_catalog.pg_namespace n"
+        );
+        assert_eq!(
+            rw("SELECT (information_schema._pg_expandarray(i.indkey)).n, (i.keys).x FROM pg_catalog.pg_index i"),
+            "SELECT get_field(information_schema._pg_expandarray(i.indkey), 'n'), get_field(i.keys, 'x') FROM pg_catalog.pg_index i"
         );
     }
 
