@@ -168,6 +168,54 @@ async fn superset_lists_the_schemas_through_psycopg2() {
     assert!(!listed.contains("'pg_"), "{listed}");
 }
 
+/// Superset's table page reflects keys and indexes through SQLAlchemy's
+/// inspector. On both drivers they failed: `pg_index.indkey` was text, the
+/// query pairs `unnest(indkey)` with `generate_subscripts(indkey, 1)`
+/// (missing), and index reflection selects `pg_class.reloptions`. culprit's
+/// tables have no keys, indexes or constraints: PostgreSQL's answers are
+/// empty, and the columns (22 in `tasks`, interchange.md) still come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlalchemy_reflects_keys_and_indexes_on_both_drivers() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    for driver in ["psycopg2", "psycopg"] {
+        let script = format!(
+            "import sqlalchemy as sa\n\
+             e = sa.create_engine('postgresql+{driver}://culprit@{}:{}/culprit')\n\
+             i = sa.inspect(e)\n\
+             print(i.get_pk_constraint('tasks'))\n\
+             print(i.get_indexes('tasks'), i.get_unique_constraints('tasks'), \
+             i.get_foreign_keys('tasks'), i.get_check_constraints('tasks'))\n\
+             print(len(i.get_columns('tasks')))\n",
+            addr.ip(),
+            addr.port()
+        );
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("python3")
+                .args(["-c", &script])
+                .output()
+                .expect("python3")
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "SQLAlchemy on {driver}: {}",
+            text(&out.stderr)
+        );
+        let got = text(&out.stdout);
+        assert_eq!(
+            got.lines().collect::<Vec<_>>(),
+            [
+                "{'name': None, 'constrained_columns': []}",
+                "[] [] [] []",
+                "22"
+            ],
+            "SQLAlchemy on {driver}"
+        );
+    }
+}
+
 /// Connection pools and pgjdbc send `DISCARD ALL` when a connection is
 /// given back; it was refused (0A000). It closes the cursors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,6 +91,7 @@ impl SchemaProvider for Catalog {
             ("pg_settings", Some(builtin)) => Ok(Some(settings(builtin.schema())?)),
             ("pg_database", Some(builtin)) => Ok(Some(database(builtin)?)),
             ("pg_index" | "pg_constraint", Some(builtin)) => Ok(Some(no_rows(builtin.schema())?)),
+            ("pg_class", Some(builtin)) => Ok(Some(class(builtin)?)),
             (_, table) => Ok(table),
         }
     }
@@ -153,6 +154,38 @@ fn database(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
         })
         .collect::<Result<_>>()?;
     let plan = LogicalPlanBuilder::scan("pg_database", provider_as_source(builtin), None)?
+        .project(columns)?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// `pg_class` with PostgreSQL's `relacl` and `reloptions` (NULL: default
+/// privileges, no storage options), which pgjdbc's `getTablePrivileges`
+/// and SQLAlchemy's index reflection select. A view, read lazily, like
+/// `pg_database`.
+fn class(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::datatypes::Field;
+    use datafusion::datasource::{provider_as_source, ViewTable};
+    use datafusion::logical_expr::{col, LogicalPlanBuilder};
+    let schema = builtin.schema();
+    let text_list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
+    let mut columns: Vec<Expr> = schema
+        .fields()
+        .iter()
+        .map(|f| col(format!("pg_class.{}", f.name())))
+        .collect();
+    for name in ["relacl", "reloptions"] {
+        if schema.index_of(name).is_err() {
+            columns.push(
+                datafusion::logical_expr::cast(
+                    Expr::Literal(ScalarValue::Null, None),
+                    text_list.clone(),
+                )
+                .alias(name),
+            );
+        }
+    }
+    let plan = LogicalPlanBuilder::scan("pg_class", provider_as_source(builtin), None)?
         .project(columns)?
         .build()?;
     Ok(Arc::new(ViewTable::new(plan, None)))

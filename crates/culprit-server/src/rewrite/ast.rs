@@ -193,6 +193,17 @@ pub fn cast_to_text(e: Expr) -> Expr {
     }
 }
 
+/// `CAST(e AS BIGINT)`.
+pub fn cast_to_bigint(e: Expr) -> Expr {
+    Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(e),
+        data_type: DataType::BigInt(None),
+        array: false,
+        format: None,
+    }
+}
+
 /// `SELECT e AS alias`: one row, one named column.
 pub fn select_one(e: Expr, alias: Ident) -> Query {
     let select = Select {

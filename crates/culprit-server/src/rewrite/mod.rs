@@ -42,6 +42,7 @@ impl VisitorMut for Rules {
             || grafana::rewrite_expr(e)
             || sqlalchemy::rewrite_expr(e)
             || sqlalchemy::like_escape(e)
+            || sqlalchemy::generate_subscripts(e)
             || pgjdbc::rewrite_expr(e)
             || pgjdbc::field_access(e);
         ControlFlow::Continue(())
@@ -145,6 +146,14 @@ mod tests {
         assert_eq!(
             rw("SELECT (information_schema._pg_expandarray(i.indkey)).n, (i.keys).x FROM pg_catalog.pg_index i"),
             "SELECT get_field(information_schema._pg_expandarray(i.indkey), 'n'), get_field(i.keys, 'x') FROM pg_catalog.pg_index i"
+        );
+    }
+
+    #[test]
+    fn sqlalchemy_generate_subscripts() {
+        assert_eq!(
+            rw("SELECT unnest(i.indkey) AS attnum, generate_subscripts(i.indkey, 1) AS ord, generate_subscripts(i.indkey, $2) FROM pg_catalog.pg_index i"),
+            "SELECT unnest(i.indkey) AS attnum, unnest(range(1, CAST(cardinality(i.indkey) AS BIGINT) + 1)) AS ord, unnest(range(1, CAST(cardinality(i.indkey) AS BIGINT) + 1 + 0 * CAST($2 AS BIGINT))) FROM pg_catalog.pg_index i"
         );
     }
 

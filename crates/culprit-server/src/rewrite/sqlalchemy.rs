@@ -13,6 +13,15 @@
 //! - any other subquery over catalog tables gets its value wrapped in
 //!   `max()`: a scalar subquery gives at most one row, whose max is itself,
 //!   and an aggregate DataFusion decorrelates.
+//!
+//! Its primary key, unique constraint and index reflection pairs each key
+//! column with its position: `unnest(indkey) AS attnum,
+//! generate_subscripts(indkey, 1) AS ord`, two set-returning functions of
+//! one array, zipped row by row. DataFusion has no `generate_subscripts`;
+//! the positions of a one-dimensional array from 1 are `unnest(range(1,
+//! cardinality(a) + 1))`, and DataFusion zips the unnests of one
+//! projection the same way. A `$n` dimension (psycopg 3) is kept in the
+//! bound, times zero, so the client's parameters still line up.
 
 use std::ops::ControlFlow;
 
@@ -254,5 +263,50 @@ fn re_escape(e: &mut Expr, escape: char) {
             re_escape(right, escape);
         }
         _ => {}
+    }
+}
+
+/// `generate_subscripts(a, 1)` as `unnest(range(1, cardinality(a) + 1))`.
+pub(super) fn generate_subscripts(e: &mut Expr) -> bool {
+    use super::ast::call_args;
+    let Expr::Function(f) = e else {
+        return false;
+    };
+    if last_name(&f.name) != "generate_subscripts" {
+        return false;
+    }
+    let Some([array, dim]) = call_args(f)
+        .as_deref()
+        .map(|a| a.to_vec())
+        .and_then(|a| <[&Expr; 2]>::try_from(a).ok())
+    else {
+        return false;
+    };
+    let count = super::ast::cast_to_bigint(call("cardinality", vec![array.clone()]));
+    let one = Expr::value(Value::Number("1".parse().expect("a number"), false));
+    let end = match strip(dim) {
+        Expr::Value(v) if v.value.to_string() == "1" => {
+            binary(count, BinaryOperator::Plus, one.clone())
+        }
+        d if placeholder(super::ast::strip_casts(d)).is_some() => binary(
+            binary(count, BinaryOperator::Plus, one.clone()),
+            BinaryOperator::Plus,
+            binary(
+                Expr::value(Value::Number("0".parse().expect("a number"), false)),
+                BinaryOperator::Multiply,
+                super::ast::cast_to_bigint(d.clone()),
+            ),
+        ),
+        _ => return false,
+    };
+    *e = call("unnest", vec![call("range", vec![one, end])]);
+    true
+}
+
+/// The expression under parentheses.
+fn strip(e: &Expr) -> &Expr {
+    match e {
+        Expr::Nested(inner) => strip(inner),
+        e => e,
     }
 }
