@@ -11,6 +11,33 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Runs `body` with `i`, SQLAlchemy's inspector over the server on
+/// `driver` (psycopg2 or psycopg); its standard output.
+async fn inspect(addr: std::net::SocketAddr, driver: &str, body: &str) -> String {
+    let script = format!(
+        "import sqlalchemy as sa\n\
+         e = sa.create_engine('postgresql+{driver}://culprit@{}:{}/culprit')\n\
+         i = sa.inspect(e)\n\
+         {body}\n",
+        addr.ip(),
+        addr.port()
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .expect("python3")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "SQLAlchemy on {driver}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
 /// DBeaver's role list read `pg_catalog.pg_roles`, whose provider called
 /// itself until the stack overflowed and the whole server aborted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,28 +167,7 @@ async fn superset_lists_the_schemas_through_psycopg2() {
     );
     assert_eq!(text(&out.stdout).trim(), "t|f|t", "{}", text(&out.stderr));
 
-    let script = format!(
-        "import sqlalchemy as sa\n\
-         e = sa.create_engine('postgresql+psycopg2://culprit@{}:{}/culprit')\n\
-         i = sa.inspect(e)\n\
-         print(sorted(i.get_schema_names()))\n",
-        addr.ip(),
-        addr.port()
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .expect("python3")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "SQLAlchemy on psycopg2: {}",
-        text(&out.stderr)
-    );
-    let listed = text(&out.stdout);
+    let listed = inspect(addr, "psycopg2", "print(sorted(i.get_schema_names()))").await;
     for schema in ["'cron'", "'public'", "'reports'"] {
         assert!(listed.contains(schema), "{schema} in {listed}");
     }
@@ -179,31 +185,15 @@ async fn sqlalchemy_reflects_keys_and_indexes_on_both_drivers() {
     let (_tmp, store) = demo_store();
     let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
     for driver in ["psycopg2", "psycopg"] {
-        let script = format!(
-            "import sqlalchemy as sa\n\
-             e = sa.create_engine('postgresql+{driver}://culprit@{}:{}/culprit')\n\
-             i = sa.inspect(e)\n\
-             print(i.get_pk_constraint('tasks'))\n\
+        let got = inspect(
+            addr,
+            driver,
+            "print(i.get_pk_constraint('tasks'))\n\
              print(i.get_indexes('tasks'), i.get_unique_constraints('tasks'), \
              i.get_foreign_keys('tasks'), i.get_check_constraints('tasks'))\n\
-             print(len(i.get_columns('tasks')))\n",
-            addr.ip(),
-            addr.port()
-        );
-        let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("python3")
-                .args(["-c", &script])
-                .output()
-                .expect("python3")
-        })
-        .await
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "SQLAlchemy on {driver}: {}",
-            text(&out.stderr)
-        );
-        let got = text(&out.stdout);
+             print(len(i.get_columns('tasks')))",
+        )
+        .await;
         assert_eq!(
             got.lines().collect::<Vec<_>>(),
             [

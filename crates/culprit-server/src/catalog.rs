@@ -126,12 +126,9 @@ fn column(values: Vec<ScalarValue>, to: &DataType) -> Result<ArrayRef> {
 /// `pg_database`: the built-in rows with culprit's database named as
 /// clients connect to it (`compat::DATABASE`, what `current_database()`
 /// answers) instead of the session's catalog, `datafusion`; DBeaver looks
-/// its database up by that name. A view over the built-in table, renamed
-/// as it is read: the catalog builds `pg_class` by asking for every table
-/// of this schema, so asking must not read any.
+/// its database up by that name ([`view`]: renamed as it is read).
 fn database(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
-    use datafusion::datasource::{provider_as_source, ViewTable};
-    use datafusion::logical_expr::{col, lit, when, LogicalPlanBuilder};
+    use datafusion::logical_expr::{col, lit, when};
     let schema = builtin.schema();
     let columns: Vec<Expr> = schema
         .fields()
@@ -153,7 +150,20 @@ fn database(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
             .alias("datname"))
         })
         .collect::<Result<_>>()?;
-    let plan = LogicalPlanBuilder::scan("pg_database", provider_as_source(builtin), None)?
+    view("pg_database", builtin, columns)
+}
+
+/// A view of `columns` over the built-in table `name`: computed as it is
+/// read, never when the catalog asks for the table (it builds `pg_class` by
+/// asking for every table of this schema, and a read then would wait on it).
+fn view(
+    name: &str,
+    builtin: Arc<dyn TableProvider>,
+    columns: Vec<Expr>,
+) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::datasource::{provider_as_source, ViewTable};
+    use datafusion::logical_expr::LogicalPlanBuilder;
+    let plan = LogicalPlanBuilder::scan(name, provider_as_source(builtin), None)?
         .project(columns)?
         .build()?;
     Ok(Arc::new(ViewTable::new(plan, None)))
@@ -161,12 +171,10 @@ fn database(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
 
 /// `pg_class` with PostgreSQL's `relacl` and `reloptions` (NULL: default
 /// privileges, no storage options), which pgjdbc's `getTablePrivileges`
-/// and SQLAlchemy's index reflection select. A view, read lazily, like
-/// `pg_database`.
+/// and SQLAlchemy's index reflection select ([`view`]).
 fn class(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
     use datafusion::arrow::datatypes::Field;
-    use datafusion::datasource::{provider_as_source, ViewTable};
-    use datafusion::logical_expr::{col, LogicalPlanBuilder};
+    use datafusion::logical_expr::col;
     let schema = builtin.schema();
     let text_list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
     let mut columns: Vec<Expr> = schema
@@ -185,10 +193,7 @@ fn class(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
             );
         }
     }
-    let plan = LogicalPlanBuilder::scan("pg_class", provider_as_source(builtin), None)?
-        .project(columns)?
-        .build()?;
-    Ok(Arc::new(ViewTable::new(plan, None)))
+    view("pg_class", builtin, columns)
 }
 
 /// The array columns of `pg_index` and `pg_constraint` (int2vector,

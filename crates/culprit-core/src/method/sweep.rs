@@ -596,6 +596,24 @@ struct Side {
     beta_unknown: f64,
 }
 
+/// A (waiting, holding) pair's seconds since its last settlement: `w`
+/// waiting tasks times the holder's `H` gained since `snap`, now `h`.
+#[inline]
+fn settle(acc: &mut f64, snap: &mut f64, w: f64, h: f64) {
+    *acc += w * (h - *snap);
+    *snap = h;
+}
+
+/// Adds `x` unknown seconds to waiting stage `vs`, listing the stage in
+/// `of` when it had none (a stage may be listed twice: readers take once).
+#[inline]
+fn add_unknown(unknown: &mut [f64], of: &mut Vec<u32>, vs: u32, x: f64) {
+    if unknown[vs as usize] == 0.0 {
+        of.push(vs);
+    }
+    unknown[vs as usize] += x;
+}
+
 /// Moves a pair's accumulated seconds into `cells`, in window `w`.
 #[inline]
 fn flush(cells: &mut Cells, x: &mut f64, w: u32, victim: u32, culprit: u32) {
@@ -784,14 +802,9 @@ pub fn sweep_slots(
                     let w = wait[vs] as f64;
                     for &(cs, hs) in &holders.items {
                         let h = h_now(cs as usize, &held, &h_val, &h_phi, phi);
-                        let hs = hs as usize;
-                        acc[ws][hs] += w * (h - snap[ws][hs]);
-                        snap[ws][hs] = h;
+                        settle(&mut acc[ws][hs as usize], &mut snap[ws][hs as usize], w, h);
                     }
-                    if unknown[vs] == 0.0 {
-                        unknown_of.push(id);
-                    }
-                    unknown[vs] += w * (psi - last_u[vs]);
+                    add_unknown(&mut unknown, &mut unknown_of, id, w * (psi - last_u[vs]));
                     ws
                 } else {
                     let ws = waiters.insert(id);
@@ -825,20 +838,17 @@ pub fn sweep_slots(
                 // A window bound: settle every pair and the unknown so far
                 // into the window that ends here; waits go on in the next.
                 for &(vs, ws) in &waiters.items {
-                    let (vs, ws) = (vs as usize, ws as usize);
-                    let w = wait[vs] as f64;
+                    let ws = ws as usize;
+                    let w = wait[vs as usize] as f64;
                     for &(cs, hs) in &holders.items {
                         let h = h_now(cs as usize, &held, &h_val, &h_phi, phi);
                         let hs = hs as usize;
-                        acc[ws][hs] += w * (h - snap[ws][hs]);
-                        snap[ws][hs] = h;
-                        flush(&mut cells, &mut acc[ws][hs], cur, vs as u32, cs);
+                        settle(&mut acc[ws][hs], &mut snap[ws][hs], w, h);
+                        flush(&mut cells, &mut acc[ws][hs], cur, vs, cs);
                     }
-                    if unknown[vs] == 0.0 {
-                        unknown_of.push(vs as u32);
-                    }
-                    unknown[vs] += w * (psi - last_u[vs]);
-                    last_u[vs] = psi;
+                    let owed = w * (psi - last_u[vs as usize]);
+                    add_unknown(&mut unknown, &mut unknown_of, vs, owed);
+                    last_u[vs as usize] = psi;
                 }
                 for vs in unknown_of.drain(..) {
                     let u = std::mem::take(&mut unknown[vs as usize]);

@@ -112,29 +112,27 @@ pub fn field_access(e: &mut Expr) -> bool {
     let Expr::CompoundFieldAccess { root, access_chain } = e else {
         return false;
     };
-    if !matches!(root.as_ref(), Expr::Nested(_))
-        || !access_chain
-            .iter()
-            .all(|a| matches!(a, AccessExpr::Dot(Expr::Identifier(_))))
-    {
+    let Expr::Nested(inner) = root.as_ref() else {
         return false;
-    }
-    let mut value = match root.as_ref() {
-        Expr::Nested(inner) => inner.as_ref().clone(),
-        other => other.clone(),
     };
-    for access in access_chain.iter() {
-        if let AccessExpr::Dot(Expr::Identifier(field)) = access {
-            value = call(
+    let fields: Option<Vec<String>> = access_chain
+        .iter()
+        .map(|a| match a {
+            AccessExpr::Dot(Expr::Identifier(field)) => Some(field.value.clone()),
+            _ => None,
+        })
+        .collect();
+    let Some(fields) = fields else {
+        return false;
+    };
+    *e = fields
+        .into_iter()
+        .fold(inner.as_ref().clone(), |value, field| {
+            call(
                 "get_field",
-                vec![
-                    value,
-                    Expr::value(Value::SingleQuotedString(field.value.clone())),
-                ],
-            );
-        }
-    }
-    *e = value;
+                vec![value, Expr::value(Value::SingleQuotedString(field))],
+            )
+        });
     true
 }
 

@@ -31,7 +31,8 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::ast::{
-    binary, call, case_when, is_catalog_name, last_name, null, placeholder, select, select_mut,
+    binary, call, call_args, case_when, cast_to_bigint, is_catalog_name, last_name, null,
+    placeholder, select, select_mut, strip_casts,
 };
 
 /// Catalog tables culprit always leaves empty: it has no column defaults,
@@ -268,45 +269,37 @@ fn re_escape(e: &mut Expr, escape: char) {
 
 /// `generate_subscripts(a, 1)` as `unnest(range(1, cardinality(a) + 1))`.
 pub(super) fn generate_subscripts(e: &mut Expr) -> bool {
-    use super::ast::call_args;
     let Expr::Function(f) = e else {
         return false;
     };
     if last_name(&f.name) != "generate_subscripts" {
         return false;
     }
-    let Some([array, dim]) = call_args(f)
-        .as_deref()
-        .map(|a| a.to_vec())
-        .and_then(|a| <[&Expr; 2]>::try_from(a).ok())
-    else {
+    let Some(args) = call_args(f) else {
         return false;
     };
-    let count = super::ast::cast_to_bigint(call("cardinality", vec![array.clone()]));
-    let one = Expr::value(Value::Number("1".parse().expect("a number"), false));
-    let end = match strip(dim) {
-        Expr::Value(v) if v.value.to_string() == "1" => {
-            binary(count, BinaryOperator::Plus, one.clone())
-        }
-        d if placeholder(super::ast::strip_casts(d)).is_some() => binary(
-            binary(count, BinaryOperator::Plus, one.clone()),
+    let [array, dim] = args.as_slice() else {
+        return false;
+    };
+    let number = |n: &str| Expr::value(Value::Number(n.parse().expect("a number"), false));
+    let end = binary(
+        cast_to_bigint(call("cardinality", vec![(*array).clone()])),
+        BinaryOperator::Plus,
+        number("1"),
+    );
+    let end = match strip_casts(dim) {
+        Expr::Value(v) if v.value.to_string() == "1" => end,
+        d if placeholder(d).is_some() => binary(
+            end,
             BinaryOperator::Plus,
             binary(
-                Expr::value(Value::Number("0".parse().expect("a number"), false)),
+                number("0"),
                 BinaryOperator::Multiply,
-                super::ast::cast_to_bigint(d.clone()),
+                cast_to_bigint((*dim).clone()),
             ),
         ),
         _ => return false,
     };
-    *e = call("unnest", vec![call("range", vec![one, end])]);
+    *e = call("unnest", vec![call("range", vec![number("1"), end])]);
     true
-}
-
-/// The expression under parentheses.
-fn strip(e: &Expr) -> &Expr {
-    match e {
-        Expr::Nested(inner) => strip(inner),
-        e => e,
-    }
 }
