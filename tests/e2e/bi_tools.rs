@@ -14,28 +14,16 @@ fn text(b: &[u8]) -> String {
 /// Runs `body` with `i`, SQLAlchemy's inspector over the server on
 /// `driver` (psycopg2 or psycopg); its standard output.
 async fn inspect(addr: std::net::SocketAddr, driver: &str, body: &str) -> String {
-    let script = format!(
-        "import sqlalchemy as sa\n\
-         e = sa.create_engine('postgresql+{driver}://culprit@{}:{}/culprit')\n\
-         i = sa.inspect(e)\n\
-         {body}\n",
-        addr.ip(),
-        addr.port()
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .expect("python3")
-    })
+    python(
+        addr,
+        &format!(
+            "import sqlalchemy as sa\n\
+             e = sa.create_engine(f'postgresql+{driver}://culprit@{{HOST}}:{{PORT}}/culprit')\n\
+             i = sa.inspect(e)\n\
+             {body}"
+        ),
+    )
     .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "SQLAlchemy on {driver}: {}",
-        text(&out.stderr)
-    );
-    text(&out.stdout)
 }
 
 /// DBeaver's role list read `pg_catalog.pg_roles`, whose provider called
@@ -307,4 +295,83 @@ async fn pg_settings_and_pg_proc_columns_as_pgjdbc_reads_them() {
         "{lines:?}"
     );
     assert!(lines[1].ends_with("|{i,t,t,t,t,t,t,t,t}"), "{lines:?}");
+}
+
+/// Runs a Python `script` (with `HOST` and `PORT` set to the server's);
+/// its standard output.
+async fn python(addr: std::net::SocketAddr, script: &str) -> String {
+    let script = format!("HOST, PORT = '{}', {}\n{script}\n", addr.ip(), addr.port());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .expect("python3")
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "python: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// psycopg 3's server-side cursors declare through the extended protocol
+/// (with a bound parameter) and describe the cursor as a portal: both
+/// failed ("Placeholder '$1' was not provided", "Portal not found").
+/// psycopg2's `scroll()` sends MOVE, which did not parse. Expected values
+/// from the demo input: q-victim has 16 tasks; six queries, q-001 first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_cursors_of_psycopg_and_psycopg2() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    let got = python(
+        addr,
+        "import psycopg, psycopg2\n\
+         with psycopg.connect(host=HOST, port=PORT, user='culprit', dbname='culprit') as c:\n\
+         \x20   with c.cursor(name='c3') as cur:\n\
+         \x20       cur.execute('SELECT task_id FROM tasks WHERE query_id = %s ORDER BY 1', ['q-victim'])\n\
+         \x20       first = cur.fetchmany(5)\n\
+         \x20       rest = cur.fetchall()\n\
+         \x20       print(len(first), len(rest), cur.description[0].name)\n\
+         c = psycopg2.connect(host=HOST, port=PORT, user='culprit', dbname='culprit')\n\
+         cur = c.cursor('c2', scrollable=True)\n\
+         cur.execute('SELECT query_id FROM queries ORDER BY 1')\n\
+         a = cur.fetchmany(3)\n\
+         cur.scroll(0, 'absolute')\n\
+         b = cur.fetchone()\n\
+         cur.scroll(-1)\n\
+         print(a[-1][0], b[0], cur.fetchone()[0])\n\
+         cur.close(); c.commit()",
+    )
+    .await;
+    assert_eq!(
+        got.lines().collect::<Vec<_>>(),
+        ["5 11 task_id", "q-003 q-001 q-001"]
+    );
+}
+
+/// Superset's schema list on psycopg 3 binds the LIKE prefix as a value
+/// (the ESCAPE '/' rewrite only knew literals), and its view definition
+/// called `pg_get_viewdef`, which did not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn superset_schemas_and_view_definitions_on_both_drivers() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    for driver in ["psycopg2", "psycopg"] {
+        let got = inspect(
+            addr,
+            driver,
+            "print(i.get_schema_names())\n\
+             print(i.get_view_names())\n\
+             print(i.get_view_definition('task_runs').split()[:3])",
+        )
+        .await;
+        assert_eq!(
+            got.lines().collect::<Vec<_>>(),
+            [
+                "['cron', 'public', 'reports']",
+                "['task_runs']",
+                "['SELECT', 'task_id,', 'query_id,']"
+            ],
+            "SQLAlchemy on {driver}"
+        );
+    }
 }

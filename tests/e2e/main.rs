@@ -11,6 +11,7 @@ mod html;
 mod ingest;
 mod jdbc_meta;
 mod load;
+mod odbc;
 mod papers;
 mod policy;
 mod reports;

@@ -92,6 +92,7 @@ impl SchemaProvider for Catalog {
             ("pg_database", Some(builtin)) => Ok(Some(database(builtin)?)),
             ("pg_index" | "pg_constraint", Some(builtin)) => Ok(Some(no_rows(builtin.schema())?)),
             ("pg_class", Some(builtin)) => Ok(Some(class(builtin)?)),
+            ("pg_views", Some(builtin)) => Ok(Some(views(builtin.schema())?)),
             (_, table) => Ok(table),
         }
     }
@@ -194,6 +195,34 @@ fn class(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
         }
     }
     view("pg_class", builtin, columns)
+}
+
+/// `pg_views`: culprit's views (`culprit_sql::VIEWS`) with their
+/// definitions, in schema `public`, owned by `culprit`.
+fn views(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::compute::cast;
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let values: StringArray = culprit_sql::VIEWS
+                .iter()
+                .map(|(name, sql)| match field.name().as_str() {
+                    "schemaname" => Some("public".to_string()),
+                    "viewname" => Some(name.to_string()),
+                    "viewowner" => Some(crate::compat::DATABASE.to_string()),
+                    "definition" => Some(sql.to_string()),
+                    _ => None,
+                })
+                .collect();
+            cast(&values, field.data_type())
+        })
+        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
 }
 
 /// The array columns of `pg_index` and `pg_constraint` (int2vector,

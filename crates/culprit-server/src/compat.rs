@@ -150,12 +150,19 @@ fn type_oid(name: &str) -> Option<i32> {
 }
 
 /// A function of constant result (the catalog has nothing to look up),
-/// taking `arity` arguments of any type (an oid column or an integer
-/// literal alike).
-fn constant(ctx: &SessionContext, name: &str, arity: usize, value: ScalarValue) {
-    let signature = match arity {
-        0 => Signature::nullary(Volatility::Stable),
-        n => Signature::any(n, Volatility::Stable),
+/// taking any of `arities` arguments of any type (an oid column or an
+/// integer literal alike).
+fn constant(ctx: &SessionContext, name: &str, arities: &[usize], value: ScalarValue) {
+    let signature = match arities {
+        [0] => Signature::nullary(Volatility::Stable),
+        [n] => Signature::any(*n, Volatility::Stable),
+        _ => Signature::one_of(
+            arities
+                .iter()
+                .map(|n| datafusion::logical_expr::TypeSignature::Any(*n))
+                .collect(),
+            Volatility::Stable,
+        ),
     };
     ctx.register_udf(ScalarUDF::from(SimpleScalarUDF::new_with_signature(
         name,
@@ -328,6 +335,16 @@ fn expandarray(ctx: &SessionContext) {
 }
 
 pub fn register(ctx: &SessionContext) {
+    use datafusion::execution::FunctionRegistry;
+    // A failure leaves PostgreSQL's boolean literals uncompared, no more.
+    if let Err(e) = ctx
+        .state_ref()
+        .write()
+        .register_expr_planner(Arc::new(BooleanLiterals))
+    {
+        log::warn!("boolean literals: {e}");
+    }
+    name_type(ctx);
     expandarray(ctx);
     // The database clients connect to is `culprit` (pg_database: catalog.rs).
     ctx.register_udf(
@@ -345,17 +362,21 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
         JsonBuildObject::new(),
     ));
-    constant(ctx, "version", 0, ScalarValue::from(VERSION));
-    // One schema on the path: every collation and function is visible.
-    for name in ["pg_collation_is_visible", "pg_function_is_visible"] {
-        constant(ctx, name, 1, ScalarValue::Boolean(Some(true)));
+    constant(ctx, "version", &[0], ScalarValue::from(VERSION));
+    // One schema on the path: every collation, function and type is visible.
+    for name in [
+        "pg_collation_is_visible",
+        "pg_function_is_visible",
+        "pg_type_is_visible",
+    ] {
+        constant(ctx, name, &[1], ScalarValue::Boolean(Some(true)));
     }
     // pg_get_function_result and pg_get_function_arguments: catalog.rs.
     // culprit's tables and columns have no comments (psql `\d+`, `\dt+`).
-    constant(ctx, "col_description", 2, ScalarValue::Utf8(None));
-    constant(ctx, "obj_description", 2, ScalarValue::Utf8(None));
+    constant(ctx, "col_description", &[2], ScalarValue::Utf8(None));
+    constant(ctx, "obj_description", &[2], ScalarValue::Utf8(None));
     // No table has a serial column or identity sequence.
-    constant(ctx, "pg_get_serial_sequence", 2, ScalarValue::Utf8(None));
+    constant(ctx, "pg_get_serial_sequence", &[2], ScalarValue::Utf8(None));
     by_name(ctx, "to_regtype", type_oid);
     // No indexes (pg_index is empty): pgjdbc's getIndexInfo names the
     // function, with one argument or three.
@@ -371,6 +392,25 @@ pub fn register(ctx: &SessionContext) {
         DataType::Utf8,
         Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
     )));
+    // Every role may run every function (psqlODBC's SQLProcedureColumns
+    // asks, with a function oid and a privilege, and an optional user).
+    constant(
+        ctx,
+        "has_function_privilege",
+        &[2, 3],
+        ScalarValue::Boolean(Some(true)),
+    );
+    // Connection pools reset sessions with it; a session holds no locks.
+    constant(ctx, "pg_advisory_unlock_all", &[0], ScalarValue::Utf8(None));
+    // A view's definition by its name (rewrite/sqlalchemy.rs turns
+    // `pg_get_viewdef(c.oid)` into it); by an oid alone it is not known.
+    by_name(ctx, "culprit_view_definition", |name| {
+        culprit_sql::VIEWS
+            .iter()
+            .find(|(view, _)| *view == name)
+            .map(|(_, sql)| sql.to_string())
+    });
+    constant(ctx, "pg_get_viewdef", &[1, 2], ScalarValue::Utf8(None));
     by_name(ctx, "current_setting", |n| setting(n).map(str::to_string));
 }
 
@@ -445,4 +485,96 @@ impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
             .collect();
         Ok(ColumnarValue::Array(Arc::new(out)))
     }
+}
+
+/// A boolean compared with a string literal (`indisprimary = 't'`, as
+/// psqlODBC's SQLPrimaryKeys writes it): PostgreSQL reads the literal as a
+/// boolean (`t`, `true`, `yes`, `on`, `1` and their negations); DataFusion
+/// refuses to compare Boolean with Utf8. Planned when the SQL is.
+#[derive(Debug)]
+pub struct BooleanLiterals;
+
+/// PostgreSQL's boolean input, for a literal compared with a boolean.
+fn boolean_text(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "t" | "true" | "y" | "yes" | "on" | "1" => Some(true),
+        "f" | "false" | "n" | "no" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+impl datafusion::logical_expr::planner::ExprPlanner for BooleanLiterals {
+    fn plan_binary_op(
+        &self,
+        expr: datafusion::logical_expr::planner::RawBinaryExpr,
+        schema: &datafusion::common::DFSchema,
+    ) -> datafusion::common::Result<
+        datafusion::logical_expr::planner::PlannerResult<
+            datafusion::logical_expr::planner::RawBinaryExpr,
+        >,
+    > {
+        use datafusion::logical_expr::planner::PlannerResult;
+        use datafusion::logical_expr::{Expr, ExprSchemable};
+        use datafusion::sql::sqlparser::ast::BinaryOperator;
+        if !matches!(expr.op, BinaryOperator::Eq | BinaryOperator::NotEq) {
+            return Ok(PlannerResult::Original(expr));
+        }
+        let literal = |e: &Expr| match e {
+            Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _) => {
+                boolean_text(s)
+            }
+            _ => None,
+        };
+        let is_boolean = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Boolean));
+        let boolean = |b: bool| Expr::Literal(ScalarValue::Boolean(Some(b)), None);
+        let (left, right) = match (literal(&expr.left), literal(&expr.right)) {
+            (None, Some(b)) if is_boolean(&expr.left) => (expr.left.clone(), boolean(b)),
+            (Some(b), None) if is_boolean(&expr.right) => (boolean(b), expr.right.clone()),
+            _ => return Ok(PlannerResult::Original(expr)),
+        };
+        let op = match expr.op {
+            BinaryOperator::Eq => datafusion::logical_expr::Operator::Eq,
+            _ => datafusion::logical_expr::Operator::NotEq,
+        };
+        Ok(PlannerResult::Planned(Expr::BinaryExpr(
+            datafusion::logical_expr::BinaryExpr::new(Box::new(left), op, Box::new(right)),
+        )))
+    }
+}
+
+/// PostgreSQL's `name` type (`'culprit'::name`, as psqlODBC's
+/// SQLForeignKeys writes it) as text; every other type as
+/// datafusion-pg-catalog's planner has it (the oid aliases).
+#[derive(Debug)]
+struct NameType;
+
+impl datafusion::logical_expr::planner::TypePlanner for NameType {
+    fn plan_type_field(
+        &self,
+        sql_type: &datafusion::sql::sqlparser::ast::DataType,
+    ) -> datafusion::common::Result<Option<datafusion::arrow::datatypes::FieldRef>> {
+        use datafusion::sql::sqlparser::ast::{DataType as SqlType, ObjectNamePart};
+        if let SqlType::Custom(name, args) = sql_type {
+            let last = name.0.last().and_then(ObjectNamePart::as_ident);
+            if args.is_empty() && last.is_some_and(|i| i.value.eq_ignore_ascii_case("name")) {
+                return Ok(Some(Arc::new(datafusion::arrow::datatypes::Field::new(
+                    "",
+                    DataType::Utf8,
+                    true,
+                ))));
+            }
+        }
+        datafusion_postgres::datafusion_pg_catalog::pg_catalog::oid_type_planner::PgOidTypePlanner
+            .plan_type_field(sql_type)
+    }
+}
+
+/// Installs [`NameType`] as the session's type planner.
+fn name_type(ctx: &SessionContext) {
+    use datafusion::execution::session_state::SessionStateBuilder;
+    let state = ctx.state_ref();
+    let existing = state.read().clone();
+    *state.write() = SessionStateBuilder::new_from_existing(existing)
+        .with_type_planner(Arc::new(NameType))
+        .build();
 }

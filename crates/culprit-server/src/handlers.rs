@@ -70,6 +70,7 @@ impl CulpritHandlers {
             gate: shared.gate.clone(),
             statement_timeout: shared.statement_timeout,
             running: shared.running.clone(),
+            prepared: Default::default(),
         };
         let startup = Startup::new(
             shared.users.as_ref(),

@@ -8,6 +8,7 @@ mod cancel;
 mod catalog;
 mod compat;
 mod copy;
+mod cursors;
 mod guard;
 mod handlers;
 mod hooks;

@@ -40,6 +40,7 @@ use culprit_store::Store;
 use datafusion::sql::sqlparser::ast::CopyTarget;
 
 use crate::copy::{self, CopyIn, CopyOptions, Slot};
+use crate::cursors::{Cursor, Step};
 use crate::hooks::SessionHooks;
 use crate::parameters::{self, Values};
 use crate::sqlstate;
@@ -158,6 +159,9 @@ impl Pipeline {
                 plan: PlanStage::Planned(plan),
             });
         }
+        if let Some(plan) = self.describe_cursor_statement(&tree) {
+            return Ok(AdmittedStatement { tree, plan: plan? });
+        }
         if matches!(tree, Statement::Copy { .. }) {
             // Run whole at Execute (`copy.rs`); it returns no row description.
             return Ok(AdmittedStatement::unplanned(tree));
@@ -192,6 +196,12 @@ impl Pipeline {
         let tree = &statement.tree;
         let described = statement.described();
         if let Some(answer) = self.hooks.answer(tree, described, &self.ctx, client).await {
+            return answer;
+        }
+        if let Some(answer) = self
+            .cursor_statement(client, statement, values, format)
+            .await
+        {
             return answer;
         }
         if let Statement::Copy { .. } = tree {
@@ -247,6 +257,157 @@ impl Pipeline {
         };
         let options = FormatOptions::from_client_metadata(client.metadata());
         self.execute_and_encode(plan, tree, format, options).await
+    }
+
+    /// How a cursor statement is described at Parse: `DECLARE` has no
+    /// columns (its query's parameters are bound at Execute), `FETCH` the
+    /// columns of its cursor, `MOVE` and `CLOSE` none. `None` for other
+    /// statements.
+    fn describe_cursor_statement(&self, tree: &Statement) -> Option<PgWireResult<PlanStage>> {
+        Some(Ok(match tree {
+            Statement::Declare { .. } => match parameters::with_nulls(tree) {
+                Some((_, parameters)) => PlanStage::Deferred {
+                    described: no_columns(),
+                    parameters,
+                },
+                None => PlanStage::Planned(no_columns()),
+            },
+            Statement::Fetch {
+                name, into: None, ..
+            } => {
+                let cursor = match self.hooks.cursors.get(&name.value) {
+                    Ok(cursor) => cursor,
+                    Err(e) => return Some(Err(e)),
+                };
+                let described = match cursor.try_lock() {
+                    Ok(cursor) => cursor.described.clone(),
+                    Err(_) => {
+                        return Some(Err(copy_error(
+                            sqlstate::INTERNAL_ERROR,
+                            "the cursor is in use",
+                        )))
+                    }
+                };
+                PlanStage::Planned(LogicalPlan::EmptyRelation(
+                    datafusion::logical_expr::EmptyRelation {
+                        produce_one_row: false,
+                        schema: described,
+                    },
+                ))
+            }
+            Statement::Fetch { .. } | Statement::Close { .. } => PlanStage::Planned(no_columns()),
+            _ => return None,
+        }))
+    }
+
+    /// Runs a cursor statement (`cursors.rs`); `None` for other statements.
+    async fn cursor_statement(
+        &self,
+        client: &mut dyn HookClient,
+        statement: &AdmittedStatement,
+        values: Values<'_>,
+        format: &Format,
+    ) -> Option<PgWireResult<Response>> {
+        use datafusion::sql::sqlparser::ast::{CloseCursor, DeclareType};
+        let answer = match &statement.tree {
+            Statement::Declare { .. } => async {
+                let tree = match &statement.plan {
+                    PlanStage::Deferred { .. } => parameters::bind_into_tree(&statement.tree, values)?,
+                    _ => statement.tree.clone(),
+                };
+                let Statement::Declare { stmts } = &tree else {
+                    return Err(copy_error(sqlstate::INTERNAL_ERROR, "not a DECLARE"));
+                };
+                let mut answer = Err(copy_error(sqlstate::SYNTAX_ERROR, "DECLARE names no cursor"));
+                for declare in stmts {
+                    let (Some(DeclareType::Cursor), Some(name), Some(query)) = (
+                        declare.declare_type.as_ref(),
+                        declare.names.first(),
+                        declare.for_query.as_ref(),
+                    ) else {
+                        return Err(copy_error(
+                            sqlstate::SYNTAX_ERROR,
+                            "DECLARE declares a cursor: DECLARE name [SCROLL] CURSOR [WITH HOLD] FOR query",
+                        ));
+                    };
+                    let hold = declare.hold == Some(true);
+                    if !hold && client.transaction_status() == pgwire::messages::response::TransactionStatus::Idle {
+                        return Err(copy_error(
+                            "25P01",
+                            "DECLARE CURSOR can only be used in transaction blocks (or declare it WITH HOLD)",
+                        ));
+                    }
+                    if self.hooks.cursors.exists(&name.value) {
+                        return Err(copy_error(
+                            "42P03",
+                            &format!("cursor \"{}\" already exists", name.value),
+                        ));
+                    }
+                    let plan = self.plan(&Statement::Query(query.clone())).await?;
+                    let described = plan.schema().clone();
+                    let stream = self
+                        .ctx
+                        .execute_logical_plan(plan)
+                        .await
+                        .map_err(api_error)?
+                        .execute_stream()
+                        .await
+                        .map_err(api_error)?;
+                    let cursor = Cursor::new(
+                        stream,
+                        described,
+                        declare.scroll == Some(true),
+                        hold,
+                        declare.binary == Some(true),
+                    )
+                    .await?;
+                    answer = self.hooks.cursors.declare(&name.value, cursor);
+                }
+                answer
+            }
+            .await,
+            Statement::Fetch {
+                name,
+                direction,
+                into,
+                ..
+            } => async {
+                let moving = into.as_ref().is_some_and(crate::cursors::is_move_mark);
+                let step = Step::of(direction)?;
+                let cursor = self.hooks.cursors.get(&name.value)?;
+                let mut cursor = cursor.lock().await;
+                let rows = cursor.step(step).await?;
+                if moving {
+                    return Ok(Response::Execution(Tag::new("MOVE").with_rows(rows.num_rows())));
+                }
+                let options = FormatOptions::from_client_metadata(client.metadata());
+                cursor.answer(rows, format, options)
+            }
+            .await,
+            Statement::Close { cursor } => self.hooks.cursors.close(match cursor {
+                CloseCursor::All => None,
+                CloseCursor::Specific { name } => Some(&name.value),
+            }),
+            _ => return None,
+        };
+        Some(answer)
+    }
+
+    /// The status the last transaction statement left, once (see
+    /// `hooks/transactions.rs`).
+    pub fn take_transaction_status(&self) -> Option<pgwire::messages::response::TransactionStatus> {
+        self.hooks.take_transaction_status()
+    }
+
+    /// Whether a cursor of that name is open (a portal Describe may name it).
+    pub fn cursor_fields(
+        &self,
+        name: &str,
+        options: FormatOptions,
+    ) -> Option<PgWireResult<Vec<FieldInfo>>> {
+        let cursor = self.hooks.cursors.get(name).ok()?;
+        let cursor = cursor.try_lock().ok()?;
+        Some(cursor.fields(options))
     }
 
     /// Plans a tree, after the catalog rewrites of known clients, with the
@@ -432,6 +593,14 @@ impl Pipeline {
             ),
         }
     }
+}
+
+/// A plan with no columns: what a statement answered by a tag describes.
+fn no_columns() -> LogicalPlan {
+    LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(datafusion::common::DFSchema::empty()),
+    })
 }
 
 fn copy_error(code: &str, message: &str) -> PgWireError {

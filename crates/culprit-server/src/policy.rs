@@ -215,9 +215,20 @@ fn need(stmt: &Statement) -> Need {
         | Statement::Savepoint { .. }
         | Statement::ReleaseSavepoint { .. }
         | Statement::Declare { .. }
-        | Statement::Fetch { .. }
-        | Statement::Close { .. }
+        | Statement::Fetch { into: None, .. } => Need::Read,
+        Statement::Fetch {
+            into: Some(into), ..
+        } => {
+            if crate::cursors::is_move_mark(into) {
+                Need::Read
+            } else {
+                unsupported(stmt)
+            }
+        }
+        Statement::Close { .. }
         | Statement::Discard { .. }
+        | Statement::Reset(_)
+        | Statement::UNLISTEN { .. }
         | Statement::Deallocate { .. }
         | Statement::Prepare { .. } => Need::Read,
         // EXECUTE runs a statement this session prepared (and the gate
@@ -387,7 +398,11 @@ impl Gate {
     /// Grafana's search_path lookup keeps the subquery that parser's token
     /// blacklist blanks (`rewrite/grafana.rs`).
     fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
-        let statements = self.keep_cron_calls(sql, self.parser.parse(sql)?);
+        let statements = match self.parser.parse(sql) {
+            Ok(statements) => statements,
+            Err(error) => return crate::cursors::parse_moves(sql, &self.parser).ok_or(error),
+        };
+        let statements = self.keep_cron_calls(sql, statements);
         if !statements.iter().any(grafana::lookup_was_blanked) {
             return Ok(statements);
         }

@@ -9,15 +9,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::Sink;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{Sink, SinkExt};
+use pgwire::api::copy::{send_copy_both_response, send_copy_in_response, send_copy_out_response};
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{FieldInfo, Response};
+use pgwire::api::query::{
+    send_describe_response, send_execution_response, send_query_response, send_ready_for_query,
+    ExtendedQueryHandler, SimpleQueryHandler,
+};
+use pgwire::api::results::{DescribePortalResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::QueryParser;
+use pgwire::api::stmt::StoredStatement;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type, METADATA_USER};
+use pgwire::api::{PgWireConnectionState, DEFAULT_NAME};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::extendedquery::{
+    Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
+};
+use pgwire::messages::response::EmptyQueryResponse;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::types::format::FormatOptions;
 
 use crate::cancel::Running;
 use crate::guard::StatementGuard;
@@ -72,32 +85,124 @@ pub struct Queries {
     /// The server's default, when the client did not `SET statement_timeout`.
     pub statement_timeout: Option<Duration>,
     pub running: Running,
+    /// The names of the statements prepared through the protocol (Parse).
+    pub prepared: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Queries {
+    /// `DEALLOCATE` of a statement prepared through the protocol (psqlODBC
+    /// prepares with a Parse and frees it in SQL), or `DEALLOCATE ALL`:
+    /// PostgreSQL has one namespace for both kinds. `None` leaves the
+    /// statement to the pipeline (a statement prepared with `PREPARE`).
+    fn deallocate<S: PortalStore>(&self, store: &S, tree: &Statement) -> Option<Response> {
+        let Statement::Deallocate { name, .. } = tree else {
+            return None;
+        };
+        let mut names = self
+            .prepared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+            for name in names.drain() {
+                store.rm_statement(&name);
+            }
+            return Some(Response::Execution(Tag::new("DEALLOCATE ALL")));
+        }
+        if names.remove(&name.value) {
+            store.rm_statement(&name.value);
+            return Some(Response::Execution(Tag::new("DEALLOCATE")));
+        }
+        None
+    }
 }
 
 #[async_trait]
 impl SimpleQueryHandler for Queries {
-    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    /// A text of statements, each run and answered before the next, as
+    /// PostgreSQL does: the first error ends the text (what ran before it
+    /// stays answered) and, inside a transaction block, fails the block.
+    /// The transaction status the client reads is the one the statements
+    /// left (`hooks/transactions.rs`).
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = self.gate.admit(query, &user_of(client))?;
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let statements = self.gate.admit(&query.query, &user_of(client))?;
         if statements.is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
         }
         // One guard for the whole text: its statements share the deadline.
         let guard = StatementGuard::start(client, self.statement_timeout, &self.running);
-        let mut responses = Vec::with_capacity(statements.len());
         for tree in statements {
-            let statement = AdmittedStatement::unplanned(tree);
-            let run = self
-                .pipeline
-                .run(client, &statement, Values::None, &Format::UnifiedText);
-            responses.push(guard.cover_rows(guard.run(run).await?));
+            let response = match self.deallocate(client.portal_store(), &tree) {
+                Some(response) => response,
+                None => {
+                    let statement = AdmittedStatement::unplanned(tree);
+                    let run =
+                        self.pipeline
+                            .run(client, &statement, Values::None, &Format::UnifiedText);
+                    let response = guard.run(run).await;
+                    // Applied already: the simple protocol keeps the status
+                    // the hooks set on the connection.
+                    self.pipeline.take_transaction_status();
+                    guard.cover_rows(response?)
+                }
+            };
+            match response {
+                Response::EmptyQuery => {
+                    client
+                        .feed(PgWireBackendMessage::EmptyQueryResponse(
+                            EmptyQueryResponse::new(),
+                        ))
+                        .await?;
+                }
+                Response::Query(results) => send_query_response(client, results, true).await?,
+                Response::Execution(tag)
+                | Response::TransactionStart(tag)
+                | Response::TransactionEnd(tag) => send_execution_response(client, tag).await?,
+                Response::Error(e) => return Err(PgWireError::UserError(e)),
+                Response::CopyIn(result) => {
+                    send_copy_in_response(client, result).await?;
+                    client.set_state(PgWireConnectionState::CopyInProgress(false));
+                }
+                Response::CopyOut(result) => send_copy_out_response(client, result).await?,
+                Response::CopyBoth(result) => {
+                    send_copy_both_response(client, result).await?;
+                    client.set_state(PgWireConnectionState::CopyInProgress(false));
+                }
+            }
         }
-        Ok(responses)
+        // COPY FROM STDIN answers ReadyForQuery when its data ends.
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            send_ready_for_query(client, client.transaction_status()).await?;
+        }
+        Ok(())
+    }
+
+    /// Not used: [`Self::on_query`] runs each statement itself.
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Err(error(
+            sqlstate::INTERNAL_ERROR,
+            format!("a query text reached the unused simple-query path: {query}"),
+        ))
     }
 }
 
@@ -108,6 +213,75 @@ impl ExtendedQueryHandler for Queries {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Parse, with the statement's name kept for `DEALLOCATE ALL`.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Some(name) = message.name.as_ref().filter(|n| !n.is_empty()) {
+            self.prepared
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(name.clone());
+        }
+        // pgwire's own Parse, which an override cannot call.
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        match StoredStatement::parse(client, &message, self.query_parser()).await? {
+            Some(statement) => client.portal_store().put_statement(Arc::new(statement)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// Execute, leaving the transaction status the statement left (pgwire
+    /// would put back the one before it: `hooks/transactions.rs`).
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let result = self._on_execute(client, message).await;
+        if let Some(status) = self.pipeline.take_transaction_status() {
+            if result.is_ok() {
+                client.set_transaction_status(status);
+            }
+        }
+        result
+    }
+
+    /// Describe; a portal that is a cursor `DECLARE`d by name (psycopg's
+    /// server-side cursors describe it so) is described by its columns.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+            if client.portal_store().get_portal(name).is_none() {
+                let options = FormatOptions::from_client_metadata(client.metadata());
+                if let Some(fields) = self.pipeline.cursor_fields(name, options) {
+                    let response = DescribePortalResponse::new(fields?);
+                    return send_describe_response(client, &response).await;
+                }
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_query<C>(
@@ -123,6 +297,9 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let statement = &portal.statement.statement;
+        if let Some(response) = self.deallocate(client.portal_store(), &statement.tree) {
+            return Ok(response);
+        }
         check_result_formats(statement, Some(&portal.result_column_format))?;
         let guard = StatementGuard::start(client, self.statement_timeout, &self.running);
         let run = self.pipeline.run(

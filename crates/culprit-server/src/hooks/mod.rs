@@ -1,63 +1,68 @@
 //! The statements a session answers itself, without planning them:
-//! savepoints (culprit's own, `savepoints.rs`), then datafusion-postgres's
-//! hooks for cursors (`DECLARE`, `FETCH`, `CLOSE`), `SET` / `SHOW`, and
-//! transactions (`BEGIN`, `COMMIT`, `ROLLBACK`, and the refusal of other
-//! statements in a failed transaction). The pipeline asks them, in that
-//! order, with the tree the gate admitted, before it rewrites or plans
-//! anything, whatever the protocol.
+//! transaction blocks and savepoints (`transactions.rs`), `DISCARD`,
+//! `RESET`, `UNLISTEN`, then datafusion-postgres's hook for `SET` / `SHOW`.
+//! The pipeline asks them, with the tree the gate admitted, before it
+//! rewrites or plans anything, whatever the protocol; in a failed
+//! transaction block they refuse every statement but its end.
 //!
-//! datafusion-postgres's cursor hook keeps cursors as portals of its own
-//! statement type, found by downcasting the client's portal store. culprit's
-//! prepared statements are typed (`pipeline::AdmittedStatement`), so the
-//! hooks see the client through [`HookView`], whose portal store is the
-//! connection's store of cursors. (So a cursor is reached by `FETCH` and
-//! `CLOSE`, not by an extended-protocol Execute of a portal of its name.)
+//! The connection's cursors (`cursors.rs`) live here too: the end of a
+//! transaction closes some of them, and `DISCARD ALL` all of them; the
+//! pipeline declares and fetches them, since their queries are planned as
+//! any other.
 
-mod savepoints;
+mod transactions;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use datafusion::common::ParamValues;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::common::{DFSchema, ParamValues};
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::Statement;
-use datafusion_postgres::hooks::cursor::CursorStatementHook;
+use datafusion::sql::sqlparser::ast::{DiscardObject, Statement};
 use datafusion_postgres::hooks::set_show::SetShowHook;
-use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::QueryHook;
-use pgwire::api::results::Response;
-use pgwire::api::stmt::QueryParser;
-use pgwire::api::store::MemPortalStore;
-use pgwire::api::{ClientInfo, PgWireConnectionState, SessionExtensions};
+use pgwire::api::results::{Response, Tag};
+use pgwire::api::ClientInfo;
 use pgwire::error::PgWireResult;
 use pgwire::messages::response::TransactionStatus;
-use pgwire::messages::startup::SecretKey;
-use pgwire::messages::{PgWireBackendMessage, ProtocolVersion};
 
-/// The statement type of datafusion-postgres's cursor portals.
-type CursorStatement = <datafusion_postgres::Parser as QueryParser>::Statement;
+use crate::cursors::Cursors;
+use transactions::Transactions;
 
 /// The session hooks of one connection, with its cursors.
+#[derive(Default)]
 pub struct SessionHooks {
-    hooks: Vec<Arc<dyn QueryHook>>,
-    cursors: MemPortalStore<CursorStatement>,
+    transactions: Transactions,
+    pub cursors: Cursors,
+    /// The startup packet's `options` (`-c search_path=...`) applied.
+    started: std::sync::atomic::AtomicBool,
 }
 
-impl Default for SessionHooks {
-    fn default() -> Self {
-        SessionHooks {
-            // Savepoints first: the transaction hook would take `ROLLBACK TO
-            // SAVEPOINT` for a `ROLLBACK`.
-            hooks: vec![
-                Arc::new(savepoints::Savepoints),
-                Arc::new(CursorStatementHook),
-                Arc::new(SetShowHook),
-                Arc::new(TransactionStatementHook),
-            ],
-            cursors: MemPortalStore::new(),
-        }
+/// A plan with no columns: what a statement answered by a tag describes.
+fn no_columns() -> LogicalPlan {
+    LogicalPlan::EmptyRelation(EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(DFSchema::empty()),
+    })
+}
+
+/// The tag of the session statements answered here with nothing to do
+/// but their effect on the session: `DISCARD` (connection pools and pgjdbc
+/// send it when they hand a connection back: there are no cached plans,
+/// sequences or temporary tables; `DISCARD ALL` closes the cursors),
+/// `UNLISTEN` (culprit sends no notifications) and `RESET` (of the
+/// settings a client can `SET`: see [`SessionHooks::answer`]).
+fn session_tag(statement: &Statement) -> Option<&'static str> {
+    match statement {
+        Statement::Discard { object_type } => Some(match object_type {
+            DiscardObject::ALL => "DISCARD ALL",
+            DiscardObject::PLANS => "DISCARD PLANS",
+            DiscardObject::SEQUENCES => "DISCARD SEQUENCES",
+            DiscardObject::TEMP => "DISCARD TEMP",
+        }),
+        Statement::UNLISTEN { .. } => Some("UNLISTEN"),
+        Statement::Reset(_) => Some("RESET"),
+        _ => None,
     }
 }
 
@@ -70,20 +75,28 @@ impl SessionHooks {
         ctx: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
+        self.start(ctx, client);
         let statement = &*normalized(statement);
-        for hook in &self.hooks {
-            if let Some(plan) = hook
-                .handle_extended_parse_query(statement, ctx, client)
-                .await
-            {
-                return Some(plan);
-            }
+        if transactions::is_transaction_statement(statement)
+            || session_tag(statement).is_some()
+            || search_path(statement).is_some()
+        {
+            return Some(Ok(no_columns()));
         }
-        None
+        SetShowHook
+            .handle_extended_parse_query(statement, ctx, client)
+            .await
     }
 
-    /// A hook's answer to `statement`, if one answers it. `described` is the
-    /// plan made when the statement was prepared (extended protocol).
+    /// The status the last transaction statement left (see
+    /// `transactions.rs`), once.
+    pub fn take_transaction_status(&self) -> Option<TransactionStatus> {
+        self.transactions.take_left()
+    }
+
+    /// A hook's answer to `statement`, if one answers it, or its refusal in
+    /// a failed transaction block. `described` is the plan made when the
+    /// statement was prepared (extended protocol).
     pub async fn answer(
         &self,
         statement: &Statement,
@@ -91,36 +104,178 @@ impl SessionHooks {
         ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        // None of these hooks reads parameter values (they answer
-        // statements without parameters), so none are decoded for them.
-        let no_values = ParamValues::List(vec![]);
+        self.start(ctx, client);
         let statement = &*normalized(statement);
-        if matches!(
-            statement,
-            Statement::Discard {
-                object_type: datafusion::sql::sqlparser::ast::DiscardObject::ALL
-            }
-        ) {
-            use pgwire::api::store::PortalStore;
-            self.cursors.clear_portals();
+        if let Some(refusal) = self.transactions.refusal(statement, client) {
+            return Some(Err(refusal));
         }
-        let mut view = HookView {
-            client,
-            cursors: &self.cursors,
-        };
-        for hook in &self.hooks {
-            let answer = match described {
-                Some(plan) => {
-                    hook.handle_extended_query(statement, plan, &no_values, ctx, &mut view)
-                        .await
+        if let Some(schemas) = search_path(statement) {
+            use_search_path(ctx, &schemas);
+            client
+                .metadata_mut()
+                .insert("search_path".into(), schemas.join(", "));
+            return Some(Ok(Response::Execution(Tag::new("SET"))));
+        }
+        if let Some(answer) = self
+            .transactions
+            .answer(statement, client, &self.cursors, ctx)
+        {
+            return Some(answer);
+        }
+        if let Some(tag) = session_tag(statement) {
+            match statement {
+                Statement::Discard {
+                    object_type: DiscardObject::ALL,
+                } => self.cursors.clear(),
+                Statement::Reset(reset) => {
+                    reset_settings(reset, client);
+                    if client.metadata().get("search_path").is_none() {
+                        use_search_path(ctx, &["public".to_string()]);
+                    }
                 }
-                None => hook.handle_simple_query(statement, ctx, &mut view).await,
-            };
-            if answer.is_some() {
-                return answer;
+                _ => {}
+            }
+            return Some(Ok(Response::Execution(Tag::new(tag))));
+        }
+        // SetShowHook reads no parameter values (SET and SHOW take none).
+        let no_values = ParamValues::List(vec![]);
+        match described {
+            Some(plan) => {
+                SetShowHook
+                    .handle_extended_query(statement, plan, &no_values, ctx, client)
+                    .await
+            }
+            None => {
+                SetShowHook
+                    .handle_simple_query(statement, ctx, client)
+                    .await
             }
         }
-        None
+    }
+}
+
+impl SessionHooks {
+    /// Applies the startup packet's `options` once, before the first
+    /// statement: `-c search_path=...` (Superset's SQL Lab connects so
+    /// when a schema is chosen).
+    fn start(&self, ctx: &SessionContext, client: &(impl ClientInfo + ?Sized)) {
+        use std::sync::atomic::Ordering;
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Some(options) = client.metadata().get("options") else {
+            return;
+        };
+        let words: Vec<&str> = options.split_whitespace().collect();
+        let mut settings = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            let word = words[i];
+            if word == "-c" {
+                settings.extend(words.get(i + 1).copied());
+                i += 2;
+                continue;
+            }
+            if let Some(setting) = word.strip_prefix("-c").or_else(|| word.strip_prefix("--")) {
+                settings.push(setting);
+            }
+            i += 1;
+        }
+        for setting in settings {
+            if let Some((name, value)) = setting.split_once('=') {
+                if name.trim().eq_ignore_ascii_case("search_path") {
+                    use_search_path(ctx, &schema_list(value));
+                }
+            }
+        }
+    }
+}
+
+/// The schemas of a `search_path` value: `cron, public`, quoted or not.
+fn schema_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').trim_matches('\'').to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The schemas of `SET search_path = ...` (`TO` alike, names or strings);
+/// `None` for other statements.
+fn search_path(statement: &Statement) -> Option<Vec<String>> {
+    use datafusion::sql::sqlparser::ast::{Expr, Set, Value};
+    let Statement::Set(Set::SingleAssignment {
+        variable, values, ..
+    }) = statement
+    else {
+        return None;
+    };
+    if !variable.to_string().eq_ignore_ascii_case("search_path") {
+        return None;
+    }
+    Some(
+        values
+            .iter()
+            .flat_map(|value| match value {
+                Expr::Identifier(ident) => vec![ident.value.clone()],
+                Expr::Value(v) => match &v.value {
+                    Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => schema_list(s),
+                    other => schema_list(&other.to_string()),
+                },
+                other => schema_list(&other.to_string()),
+            })
+            .collect(),
+    )
+}
+
+/// Unqualified names resolve in the first schema of `schemas` that exists
+/// (`$user` and `pg_catalog` skipped, as culprit has no per-user schemas
+/// and pg_catalog is always searched); none existing leaves them as they
+/// were.
+fn use_search_path(ctx: &SessionContext, schemas: &[String]) {
+    let Some(catalog) = ctx.catalog("datafusion") else {
+        return;
+    };
+    let first = schemas
+        .iter()
+        .find(|s| *s != "$user" && *s != "pg_catalog" && catalog.schema(s).is_some());
+    if let Some(first) = first {
+        ctx.state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .catalog
+            .default_schema = first.clone();
+    }
+}
+
+/// `RESET name` / `RESET ALL`: the settings a client `SET` (kept in the
+/// connection's metadata by datafusion-postgres) go back to the server's
+/// defaults. The connection's user, database and other startup values
+/// stay.
+fn reset_settings(
+    reset: &datafusion::sql::sqlparser::ast::ResetStatement,
+    client: &mut dyn HookClient,
+) {
+    use datafusion::sql::sqlparser::ast::Reset;
+    // (name, the metadata key datafusion-postgres keeps it under)
+    const SETTABLE: [(&str, &str); 7] = [
+        ("datestyle", "datestyle"),
+        ("bytea_output", "bytea_output"),
+        ("intervalstyle", "intervalstyle"),
+        ("application_name", "application_name"),
+        ("extra_float_digits", "extra_float_digits"),
+        ("search_path", "search_path"),
+        ("statement_timeout", "statement_timeout_ms"),
+    ];
+    let name = match &reset.reset {
+        Reset::ALL => None,
+        Reset::ConfigurationParameter(name) => Some(name.to_string().to_ascii_lowercase()),
+    };
+    for (setting, key) in SETTABLE {
+        if name.as_deref().is_none_or(|n| n == setting) {
+            client.metadata_mut().remove(key);
+        }
     }
 }
 
@@ -138,85 +293,5 @@ fn normalized(statement: &Statement) -> std::borrow::Cow<'_, Statement> {
             })
         }
         _ => std::borrow::Cow::Borrowed(statement),
-    }
-}
-
-/// The client as the hooks see it: the connection itself, except that its
-/// portal store is the connection's store of cursors.
-struct HookView<'a> {
-    client: &'a mut dyn HookClient,
-    cursors: &'a MemPortalStore<CursorStatement>,
-}
-
-#[async_trait]
-impl<'a> HookClient for HookView<'a> {
-    fn portal_store(&self) -> &MemPortalStore<CursorStatement> {
-        self.cursors
-    }
-
-    async fn send_message(&mut self, item: PgWireBackendMessage) -> PgWireResult<()> {
-        self.client.send_message(item).await
-    }
-}
-
-impl ClientInfo for HookView<'_> {
-    fn socket_addr(&self) -> std::net::SocketAddr {
-        self.client.socket_addr()
-    }
-
-    fn is_secure(&self) -> bool {
-        self.client.is_secure()
-    }
-
-    fn protocol_version(&self) -> ProtocolVersion {
-        self.client.protocol_version()
-    }
-
-    fn set_protocol_version(&mut self, version: ProtocolVersion) {
-        self.client.set_protocol_version(version)
-    }
-
-    fn pid_and_secret_key(&self) -> (i32, SecretKey) {
-        self.client.pid_and_secret_key()
-    }
-
-    fn set_pid_and_secret_key(&mut self, pid: i32, secret_key: SecretKey) {
-        self.client.set_pid_and_secret_key(pid, secret_key)
-    }
-
-    fn state(&self) -> PgWireConnectionState {
-        self.client.state()
-    }
-
-    fn set_state(&mut self, new_state: PgWireConnectionState) {
-        self.client.set_state(new_state)
-    }
-
-    fn transaction_status(&self) -> TransactionStatus {
-        self.client.transaction_status()
-    }
-
-    fn set_transaction_status(&mut self, new_status: TransactionStatus) {
-        self.client.set_transaction_status(new_status)
-    }
-
-    fn metadata(&self) -> &std::collections::HashMap<String, String> {
-        self.client.metadata()
-    }
-
-    fn metadata_mut(&mut self) -> &mut std::collections::HashMap<String, String> {
-        self.client.metadata_mut()
-    }
-
-    fn session_extensions(&self) -> &SessionExtensions {
-        self.client.session_extensions()
-    }
-
-    fn sni_server_name(&self) -> Option<&str> {
-        self.client.sni_server_name()
-    }
-
-    fn client_certificates<'c>(&self) -> Option<&[rustls_pki_types::CertificateDer<'c>]> {
-        self.client.client_certificates()
     }
 }

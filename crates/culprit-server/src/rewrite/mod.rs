@@ -15,6 +15,7 @@ pub mod grafana;
 mod pgcli;
 mod pgjdbc;
 mod psql;
+mod psqlodbc;
 mod sqlalchemy;
 
 use std::ops::ControlFlow;
@@ -31,7 +32,8 @@ impl VisitorMut for Rules {
 
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
         pgcli::keep_names(q);
-        self.changed |= grafana::rewrite_query(q) | pgjdbc::unique_names(q);
+        self.changed |=
+            grafana::rewrite_query(q) | pgjdbc::unique_names(q) | psqlodbc::series_in_projection(q);
         ControlFlow::Continue(())
     }
 
@@ -43,6 +45,7 @@ impl VisitorMut for Rules {
             || sqlalchemy::rewrite_expr(e)
             || sqlalchemy::like_escape(e)
             || sqlalchemy::generate_subscripts(e)
+            || sqlalchemy::view_definition(e)
             || pgjdbc::rewrite_expr(e)
             || pgjdbc::field_access(e);
         ControlFlow::Continue(())
@@ -106,6 +109,14 @@ mod tests {
         assert_eq!(
             rw("SELECT CASE WHEN (SELECT t.typcollation FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) <> 0 THEN 1 END FROM pg_catalog.pg_attribute a"),
             "SELECT CASE WHEN (SELECT max(t.typcollation) FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid) <> 0 THEN 1 END FROM pg_catalog.pg_attribute a"
+        );
+    }
+
+    #[test]
+    fn set_returning_series_in_a_projection() {
+        assert_eq!(
+            rw("SELECT c.conname, generate_series(array_lower(conkey, 1), array_upper(conkey, 1)) AS i FROM pg_catalog.pg_constraint c"),
+            "SELECT c.conname, unnest(generate_series(CASE WHEN cardinality(conkey) > 0 THEN 1 END, array_upper(conkey, 1))) AS i FROM pg_catalog.pg_constraint c"
         );
     }
 

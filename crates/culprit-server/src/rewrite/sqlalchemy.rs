@@ -188,8 +188,7 @@ pub(super) fn rewrite_expr(e: &mut Expr) -> bool {
 /// LIKE 'pg/_' || '%' ESCAPE '/'`. DataFusion's LIKE takes only the
 /// backslash as escape character, so the pattern's literals are rewritten
 /// for it (`/x` becomes `\x`, a backslash `\\`) and the ESCAPE clause
-/// dropped: the same matches. Only when the pattern is made of string
-/// literals (and `||`) and the escape is one character.
+/// dropped: the same matches. Only when the escape is one character.
 pub(super) fn like_escape(e: &mut Expr) -> bool {
     let (Expr::Like {
         pattern,
@@ -216,30 +215,14 @@ pub(super) fn like_escape(e: &mut Expr) -> bool {
     }) else {
         return false;
     };
-    if !literals_only(pattern) {
-        return false;
-    }
     re_escape(pattern, escape);
     *escape_char = None;
     true
 }
 
-fn literals_only(e: &Expr) -> bool {
-    match e {
-        Expr::Value(v) => matches!(v.value, Value::SingleQuotedString(_)),
-        Expr::Nested(inner) => literals_only(inner),
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::StringConcat,
-            right,
-        } => literals_only(left) && literals_only(right),
-        _ => false,
-    }
-}
-
 fn re_escape(e: &mut Expr, escape: char) {
     match e {
-        Expr::Value(v) => {
+        Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_)) => {
             if let Value::SingleQuotedString(s) = &mut v.value {
                 let mut out = String::with_capacity(s.len() + 2);
                 let mut chars = s.chars();
@@ -259,11 +242,39 @@ fn re_escape(e: &mut Expr, escape: char) {
             }
         }
         Expr::Nested(inner) => re_escape(inner, escape),
-        Expr::BinaryOp { left, right, .. } => {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } => {
             re_escape(left, escape);
             re_escape(right, escape);
         }
-        _ => {}
+        // A value known only when the statement runs (psycopg 3 binds the
+        // prefix as `$1::VARCHAR`): the same rewrite, by two
+        // `regexp_replace` calls: backslashes doubled, then `/x` as `\x`
+        // (DataFusion reads `\\\1` as a backslash and group 1).
+        other => {
+            let text = |s: &str| Expr::value(Value::SingleQuotedString(s.to_string()));
+            let doubled = call(
+                "regexp_replace",
+                vec![other.clone(), text(r"\\"), text(r"\\"), text("g")],
+            );
+            let escaped = if escape.is_ascii_alphanumeric() {
+                escape.to_string()
+            } else {
+                format!(r"\{escape}")
+            };
+            *other = call(
+                "regexp_replace",
+                vec![
+                    doubled,
+                    text(&format!("{escaped}(.)")),
+                    text(r"\\\1"),
+                    text("g"),
+                ],
+            );
+        }
     }
 }
 
@@ -301,5 +312,38 @@ pub(super) fn generate_subscripts(e: &mut Expr) -> bool {
         _ => return false,
     };
     *e = call("unnest", vec![call("range", vec![number("1"), end])]);
+    true
+}
+
+/// `pg_get_viewdef(c.oid [, pretty])` (SQLAlchemy's `get_view_definition`,
+/// DBeaver's view DDL) as `culprit_view_definition(c.relname)`: the
+/// definition by the view's name, which the catalog knows.
+pub(super) fn view_definition(e: &mut Expr) -> bool {
+    let Expr::Function(f) = e else {
+        return false;
+    };
+    if last_name(&f.name) != "pg_get_viewdef" {
+        return false;
+    }
+    let Some(args) = call_args(f) else {
+        return false;
+    };
+    let Some(Expr::CompoundIdentifier(parts)) = args.first().map(|a| strip_casts(a)) else {
+        return false;
+    };
+    if !parts
+        .last()
+        .is_some_and(|p| p.value.eq_ignore_ascii_case("oid"))
+    {
+        return false;
+    }
+    let mut name = parts.clone();
+    if let Some(last) = name.last_mut() {
+        *last = datafusion::sql::sqlparser::ast::Ident::new("relname");
+    }
+    *e = call(
+        "culprit_view_definition",
+        vec![Expr::CompoundIdentifier(name)],
+    );
     true
 }

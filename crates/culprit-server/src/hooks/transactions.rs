@@ -1,0 +1,224 @@
+//! Transaction blocks, as PostgreSQL answers them to the clients that send
+//! them: `BEGIN`, `COMMIT`, `ROLLBACK`, savepoints, and the refusal of
+//! other statements in a failed block.
+//!
+//! A culprit session changes no stored data inside a block (user tables
+//! are written at once), so there is nothing to keep or undo; what the
+//! clients depend on is the block's state, which this module keeps as
+//! PostgreSQL does:
+//! - after an error inside a block every statement but `COMMIT`,
+//!   `ROLLBACK` and `ROLLBACK TO SAVEPOINT` is refused with `25P02`;
+//! - `ROLLBACK TO SAVEPOINT` of a savepoint of the block clears the error
+//!   (psql's `ON_ERROR_ROLLBACK`, psqlODBC's statement rollback, DBeaver);
+//! - `COMMIT` of a failed block answers `ROLLBACK`;
+//! - the end of a block closes its cursors declared without `WITH HOLD`.
+//!
+//! The state is the connection's transaction status. pgwire's Execute
+//! would put back the status it saw before the statement, so the status a
+//! statement leaves is also kept in [`Transactions::left`], which the
+//! protocol layer applies after it (`protocol.rs`).
+
+use std::sync::Mutex;
+
+use datafusion::sql::sqlparser::ast::Statement;
+use pgwire::api::results::{Response, Tag};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::response::TransactionStatus;
+
+use crate::cursors::Cursors;
+use datafusion::prelude::SessionContext;
+use datafusion_postgres::hooks::HookClient;
+
+fn error(code: &str, message: &str) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".into(),
+        code.into(),
+        message.into(),
+    )))
+}
+
+/// PostgreSQL's `25P02`, in_failed_sql_transaction.
+pub const IN_FAILED_TRANSACTION: &str = "25P02";
+/// PostgreSQL's `25P01`, no_active_sql_transaction.
+const NO_ACTIVE_TRANSACTION: &str = "25P01";
+/// PostgreSQL's `3B001`, invalid_savepoint_specification.
+const INVALID_SAVEPOINT: &str = "3B001";
+
+/// The transaction block of one connection.
+#[derive(Default)]
+pub struct Transactions {
+    /// The savepoints of the open block, oldest first.
+    savepoints: Mutex<Vec<String>>,
+    /// The status the last transaction statement left, taken by the
+    /// protocol layer.
+    left: Mutex<Option<TransactionStatus>>,
+    /// The session's settings when the block began (the connection's
+    /// metadata and the schema unqualified names resolve in): a `ROLLBACK`
+    /// puts them back, as PostgreSQL undoes a `SET` of a rolled-back block.
+    settings: Mutex<Option<(std::collections::HashMap<String, String>, String)>>,
+}
+
+/// Whether a statement belongs to transaction control (answered here).
+pub fn is_transaction_statement(statement: &Statement) -> bool {
+    matches!(
+        statement,
+        Statement::StartTransaction { .. }
+            | Statement::Commit { .. }
+            | Statement::Rollback { .. }
+            | Statement::Savepoint { .. }
+            | Statement::ReleaseSavepoint { .. }
+    )
+}
+
+impl Transactions {
+    fn savepoints(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.savepoints
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The status the last transaction statement left, once.
+    pub fn take_left(&self) -> Option<TransactionStatus> {
+        self.left
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    }
+
+    fn set(&self, client: &mut dyn HookClient, status: TransactionStatus) {
+        client.set_transaction_status(status);
+        *self
+            .left
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(status);
+    }
+
+    /// The refusal of a statement in a failed block, if it is one.
+    pub fn refusal(&self, statement: &Statement, client: &dyn HookClient) -> Option<PgWireError> {
+        let allowed = matches!(
+            statement,
+            Statement::Commit { .. } | Statement::Rollback { .. }
+        );
+        (client.transaction_status() == TransactionStatus::Error && !allowed).then(|| {
+            error(
+                IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+        })
+    }
+
+    fn settings(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<(std::collections::HashMap<String, String>, String)>>
+    {
+        self.settings
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The answer to a transaction statement; `None` for other statements.
+    pub fn answer(
+        &self,
+        statement: &Statement,
+        client: &mut dyn HookClient,
+        cursors: &Cursors,
+        ctx: &SessionContext,
+    ) -> Option<PgWireResult<Response>> {
+        use TransactionStatus::{Error, Idle, Transaction};
+        let status = client.transaction_status();
+        let answer = match statement {
+            Statement::StartTransaction { .. } => {
+                if status == Idle {
+                    self.savepoints().clear();
+                    let schema = ctx
+                        .state()
+                        .config()
+                        .options()
+                        .catalog
+                        .default_schema
+                        .clone();
+                    *self.settings() = Some((client.metadata().clone(), schema));
+                    self.set(client, Transaction);
+                } else {
+                    // PostgreSQL warns and stays in the block.
+                    log::debug!("BEGIN inside a transaction block: ignored");
+                }
+                Ok(Response::Execution(Tag::new("BEGIN")))
+            }
+            Statement::Commit { .. }
+            | Statement::Rollback {
+                savepoint: None, ..
+            } => {
+                let tag = match (statement, status) {
+                    (Statement::Commit { .. }, Error) => "ROLLBACK",
+                    (Statement::Commit { .. }, _) => "COMMIT",
+                    _ => "ROLLBACK",
+                };
+                self.savepoints().clear();
+                cursors.end_transaction();
+                let saved = self.settings().take();
+                if let (Some((metadata, schema)), false) = (saved, tag == "COMMIT") {
+                    *client.metadata_mut() = metadata;
+                    ctx.state_ref()
+                        .write()
+                        .config_mut()
+                        .options_mut()
+                        .catalog
+                        .default_schema = schema;
+                }
+                self.set(client, Idle);
+                Ok(Response::Execution(Tag::new(tag)))
+            }
+            Statement::Savepoint { name } => {
+                if status == Idle {
+                    Err(error(
+                        NO_ACTIVE_TRANSACTION,
+                        "SAVEPOINT can only be used in transaction blocks",
+                    ))
+                } else {
+                    self.savepoints().push(name.value.clone());
+                    Ok(Response::Execution(Tag::new("SAVEPOINT")))
+                }
+            }
+            Statement::ReleaseSavepoint { name }
+            | Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => {
+                let release = matches!(statement, Statement::ReleaseSavepoint { .. });
+                let what = if release {
+                    "RELEASE SAVEPOINT"
+                } else {
+                    "ROLLBACK TO SAVEPOINT"
+                };
+                let mut savepoints = self.savepoints();
+                if status == Idle {
+                    Err(error(
+                        NO_ACTIVE_TRANSACTION,
+                        &format!("{what} can only be used in transaction blocks"),
+                    ))
+                } else if let Some(at) = savepoints.iter().rposition(|s| *s == name.value) {
+                    // RELEASE drops the savepoint and those after it;
+                    // ROLLBACK TO keeps it, and clears the block's error.
+                    savepoints.truncate(if release { at } else { at + 1 });
+                    drop(savepoints);
+                    if !release {
+                        self.set(client, Transaction);
+                    }
+                    Ok(Response::Execution(Tag::new(if release {
+                        "RELEASE"
+                    } else {
+                        "ROLLBACK"
+                    })))
+                } else {
+                    Err(error(
+                        INVALID_SAVEPOINT,
+                        &format!("savepoint \"{}\" does not exist", name.value),
+                    ))
+                }
+            }
+            _ => return None,
+        };
+        Some(answer)
+    }
+}
