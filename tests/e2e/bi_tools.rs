@@ -375,3 +375,109 @@ async fn superset_schemas_and_view_definitions_on_both_drivers() {
         );
     }
 }
+
+/// `pg_stat_activity` did not exist (DBeaver's session manager, Superset's
+/// "stop query" read it). It lists each connection with its pid (the one
+/// `pg_backend_pid()` answers there), application and state; a session
+/// ended by `pg_terminate_backend` gets `57P01` at its next statement and
+/// leaves the list; an unknown pid is `false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_stat_activity_lists_and_ends_sessions() {
+    let (_tmp, store) = demo_store();
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    let got = python(
+        addr,
+        "import psycopg2\n\
+         a = psycopg2.connect(host=HOST, port=PORT, user='culprit', dbname='culprit', application_name='superset')\n\
+         b = psycopg2.connect(host=HOST, port=PORT, user='culprit', dbname='culprit')\n\
+         b.autocommit = True\n\
+         ca, cb = a.cursor(), b.cursor()\n\
+         ca.execute('SELECT pg_backend_pid()'); pid = ca.fetchone()[0]\n\
+         a.commit()\n\
+         cb.execute('SELECT application_name, state, usename, datname FROM pg_stat_activity WHERE pid = %s', (pid,))\n\
+         print(cb.fetchall())\n\
+         cb.execute('SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE pid = pg_backend_pid() AND state = %s', ('active',))\n\
+         print(cb.fetchall())\n\
+         cb.execute('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s', (pid,))\n\
+         print(cb.fetchall())\n\
+         try:\n\
+         \x20   ca.execute('SELECT 1')\n\
+         \x20   print('still open')\n\
+         except psycopg2.Error as e:\n\
+         \x20   print(e.pgcode)\n\
+         cb.execute('SELECT count(*) FROM pg_stat_activity WHERE pid = %s', (pid,))\n\
+         print(cb.fetchall())\n\
+         cb.execute('SELECT pg_cancel_backend(2000000000)')\n\
+         print(cb.fetchall())",
+    )
+    .await;
+    assert_eq!(
+        got.lines().collect::<Vec<_>>(),
+        [
+            "[('superset', 'idle', 'culprit', 'culprit')]",
+            "[(1,)]",
+            "[(True,)]",
+            "57P01",
+            "[(0,)]",
+            "[(False,)]"
+        ]
+    );
+}
+
+/// A user signals only its own sessions: alice (read) may not cancel or
+/// terminate bob's (42501), and bob's session keeps running; alice may end
+/// her own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_signalled_by_their_own_user_only() {
+    use crate::common::{code, login, users};
+    let (_tmp, store) = demo_store();
+    let opts = culprit_server::ServerOptions {
+        users: Some(users()),
+        ..Default::default()
+    };
+    let (addr, _server) =
+        crate::common::start_server_with(Store::open(&store).unwrap(), opts).await;
+    let alice = login(addr, "alice", "alice-pw").await.unwrap();
+    let alice2 = login(addr, "alice", "alice-pw").await.unwrap();
+    let bob = login(addr, "bob", "bob-pw").await.unwrap();
+    let bob_pid: i32 = bob
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let alice2_pid: i32 = alice2
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    for f in ["pg_cancel_backend", "pg_terminate_backend"] {
+        let e = alice
+            .query_one(&format!("SELECT {f}({bob_pid})"), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "42501", "{f} of bob's session by alice: {e}");
+    }
+    let users: Vec<String> = alice
+        .query(
+            &format!(
+                "SELECT usename FROM pg_stat_activity WHERE pid IN ({bob_pid}, {alice2_pid}) ORDER BY usename"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(users, ["alice", "bob"]);
+    let ended: bool = alice
+        .query_one(&format!("SELECT pg_terminate_backend({alice2_pid})"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ended);
+    let e = alice2.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(code(&e), "57P01", "{e}");
+    let one: i64 = bob.query_one("SELECT 1::bigint", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1, "bob's session still runs");
+}

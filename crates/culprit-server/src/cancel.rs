@@ -44,14 +44,24 @@ impl Running {
             .retain(|(_, n)| !Arc::ptr_eq(n, stop));
     }
 
+    /// Stops every statement running on the connection of `pid`
+    /// (`pg_cancel_backend`: the caller's rights were checked).
+    pub fn stop_pid(&self, pid: i32) {
+        self.stop_where(|(p, _)| *p == pid);
+    }
+
     /// Stops every statement running on the connection `key`.
     fn stop(&self, key: &ConnectionKey) {
+        self.stop_where(|k| k == key);
+    }
+
+    fn stop_where(&self, on: impl Fn(&ConnectionKey) -> bool) {
         let stops: Vec<Arc<Notify>> = self
             .0
             .lock()
             .expect("running statements")
             .iter()
-            .filter(|(k, _)| k == key)
+            .filter(|(k, _)| on(k))
             .map(|(_, n)| n.clone())
             .collect();
         for stop in stops {

@@ -73,15 +73,22 @@ fn result_text(d: &Described) -> String {
 #[derive(Debug)]
 pub struct Catalog {
     inner: Arc<dyn SchemaProvider>,
+    /// The server's connections, for `pg_stat_activity`.
+    sessions: crate::sessions::Sessions,
 }
 
 #[async_trait]
 impl SchemaProvider for Catalog {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        names.push(STAT_ACTIVITY.to_string());
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name == STAT_ACTIVITY {
+            return Ok(Some(self.sessions.table()));
+        }
         let table = self.inner.table(name).await?;
         match (name, table) {
             ("pg_proc", Some(builtin)) => Ok(Some(Arc::new(Proc {
@@ -98,7 +105,7 @@ impl SchemaProvider for Catalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        name == STAT_ACTIVITY || self.inner.table_exist(name)
     }
 
     fn register_table(
@@ -446,13 +453,22 @@ impl TableProvider for Proc {
 /// Replaces the session's `pg_catalog` (set up by datafusion-postgres) with
 /// one whose `pg_proc` lists culprit's functions, and registers
 /// `pg_get_function_arguments` and `pg_get_function_result` for them.
-pub fn register(ctx: &SessionContext) -> Result<()> {
+/// The sessions of the server (`sessions.rs`).
+const STAT_ACTIVITY: &str = "pg_stat_activity";
+
+pub fn register(ctx: &SessionContext, sessions: &crate::sessions::Sessions) -> Result<()> {
     let catalog = ctx
         .catalog("datafusion")
         .ok_or_else(|| DataFusionError::Plan("no catalog datafusion".into()))?;
     if let Some(inner) = catalog.schema("pg_catalog") {
         if inner.downcast_ref::<Catalog>().is_none() {
-            catalog.register_schema("pg_catalog", Arc::new(Catalog { inner }))?;
+            catalog.register_schema(
+                "pg_catalog",
+                Arc::new(Catalog {
+                    inner,
+                    sessions: sessions.clone(),
+                }),
+            )?;
         }
     }
     describe(ctx, "pg_get_function_arguments", |d| d.arguments.clone());

@@ -412,6 +412,9 @@ pub fn register(ctx: &SessionContext) {
     });
     constant(ctx, "pg_get_viewdef", &[1, 2], ScalarValue::Utf8(None));
     by_name(ctx, "current_setting", |n| setting(n).map(str::to_string));
+    ctx.register_udf(ScalarUDF::new_from_impl(CurrentSchema {
+        signature: Signature::nullary(Volatility::Stable),
+    }));
 }
 
 /// A value as PostgreSQL's JSON functions write it: numbers and booleans
@@ -577,4 +580,32 @@ fn name_type(ctx: &SessionContext) {
     *state.write() = SessionStateBuilder::new_from_existing(existing)
         .with_type_planner(Arc::new(NameType))
         .build();
+}
+
+/// `current_schema()`: the schema unqualified names resolve in (the
+/// session's default schema, which `SET search_path` moves), not always
+/// `public`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CurrentSchema {
+    signature: Signature,
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for CurrentSchema {
+    fn name(&self) -> &str {
+        "current_schema"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            args.config_options.catalog.default_schema.clone(),
+        ))))
+    }
 }

@@ -38,6 +38,8 @@ pub struct Shared {
     pub running: Running,
     /// Admits every statement, whatever its path (`policy.rs`).
     pub gate: Arc<Gate>,
+    /// The connections, as `pg_stat_activity` lists them.
+    pub sessions: crate::sessions::Sessions,
 }
 
 /// The handlers of one connection.
@@ -71,6 +73,8 @@ impl CulpritHandlers {
             statement_timeout: shared.statement_timeout,
             running: shared.running.clone(),
             prepared: Default::default(),
+            sessions: shared.sessions.clone(),
+            started: Default::default(),
         };
         let startup = Startup::new(
             shared.users.as_ref(),

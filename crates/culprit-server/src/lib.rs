@@ -20,6 +20,7 @@ pub use policy::Gate;
 mod protocol;
 pub mod reports;
 mod rewrite;
+mod sessions;
 pub mod sqlstate;
 mod startup;
 pub mod wire;
@@ -45,7 +46,7 @@ pub use handlers::CulpritHandlers;
 /// Adds what PostgreSQL clients look for (pg_catalog, `current_schema()`,
 /// ...) to a culprit session. The session's default catalog must be
 /// `datafusion`.
-pub fn prepare_session(ctx: &SessionContext) -> std::io::Result<()> {
+pub fn prepare_session(ctx: &SessionContext, sessions: &sessions::Sessions) -> std::io::Result<()> {
     // No roles in the catalog (`pg_roles` is empty): culprit's users are
     // its users file, not PostgreSQL roles. Not `Arc<AuthManager>`: the
     // catalog's provider for an `Arc` calls itself forever, and a read of
@@ -55,7 +56,7 @@ pub fn prepare_session(ctx: &SessionContext) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::other(format!("cannot set up pg_catalog: {e}")))?;
     compat::register(ctx);
     // After compat's: culprit's functions in pg_proc, and their signatures.
-    catalog::register(ctx)
+    catalog::register(ctx, sessions)
         .map_err(|e| std::io::Error::other(format!("cannot set up pg_proc: {e}")))?;
     Ok(())
 }
@@ -173,7 +174,8 @@ impl Server {
         // One session up front: a broken store or catalog fails here, not
         // at the first client.
         let engine = Arc::new(culprit_sql::Engine::new(store.clone()));
-        session(store.clone(), engine.clone(), opts.query_memory).await?;
+        let sessions = sessions::Sessions::default();
+        session(store.clone(), engine.clone(), opts.query_memory, &sessions).await?;
         let users = opts.users.map(Arc::new);
         Ok(Server {
             listener,
@@ -188,6 +190,7 @@ impl Server {
                 statement_timeout: opts.statement_timeout,
                 connections: Arc::new(ConnectionManager::new()),
                 running: cancel::Running::default(),
+                sessions,
             }),
             tls,
             query_memory: opts.query_memory,
@@ -234,7 +237,7 @@ impl Server {
                         let tls = self.tls.clone();
                         connections.spawn(async move {
                             let store_for_session = store.clone();
-                            let ctx = match session(store, engine, memory).await {
+                            let ctx = match session(store, engine, memory, &shared.sessions).await {
                                 Ok(ctx) => ctx,
                                 Err(e) => {
                                     log::warn!("connection from {peer}: {e}");
@@ -262,10 +265,11 @@ async fn session(
     store: Store,
     engine: Arc<culprit_sql::Engine>,
     memory: Option<usize>,
+    sessions: &sessions::Sessions,
 ) -> std::io::Result<SessionContext> {
     let ctx = culprit_sql::session_with(store, engine, culprit_sql::default_config(), memory)
         .await
         .map_err(|e| io_err(format!("cannot open the SQL session: {e}")))?;
-    prepare_session(&ctx)?;
+    prepare_session(&ctx, sessions)?;
     Ok(ctx)
 }

@@ -393,6 +393,11 @@ impl Pipeline {
         Some(answer)
     }
 
+    /// The connection's SQL session.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
     /// The status the last transaction statement left, once (see
     /// `hooks/transactions.rs`).
     pub fn take_transaction_status(&self) -> Option<pgwire::messages::response::TransactionStatus> {

@@ -87,9 +87,45 @@ pub struct Queries {
     pub running: Running,
     /// The names of the statements prepared through the protocol (Parse).
     pub prepared: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The server's connections (`pg_stat_activity`).
+    pub sessions: crate::sessions::Sessions,
+    /// This connection's pid once its first message is handled (0 before).
+    pub started: std::sync::atomic::AtomicI32,
+}
+
+impl Drop for Queries {
+    fn drop(&mut self) {
+        let pid = self.started.load(std::sync::atomic::Ordering::SeqCst);
+        if pid != 0 {
+            self.sessions.leave(pid);
+        }
+    }
 }
 
 impl Queries {
+    /// A statement of `client` starts (`sessions.rs`): the session's own
+    /// functions (`pg_backend_pid()`, ...) the first time, then its row of
+    /// `pg_stat_activity`. A terminated session ends here (`57P01`).
+    fn statement_starts<C: ClientInfo + ?Sized>(
+        &self,
+        client: &C,
+        query: &str,
+    ) -> PgWireResult<()> {
+        self.start(client);
+        self.sessions.statement_starts(client, query)
+    }
+
+    /// The session's own functions, registered before its first statement
+    /// is planned.
+    fn start<C: ClientInfo + ?Sized>(&self, client: &C) {
+        use std::sync::atomic::Ordering;
+        let (pid, _) = client.pid_and_secret_key();
+        if self.started.swap(pid, Ordering::SeqCst) == 0 {
+            self.sessions
+                .register_functions(self.pipeline.session(), client, &self.running);
+        }
+    }
+
     /// `DEALLOCATE` of a statement prepared through the protocol (psqlODBC
     /// prepares with a Parse and frees it in SQL), or `DEALLOCATE ALL`:
     /// PostgreSQL has one namespace for both kinds. `None` leaves the
@@ -134,7 +170,38 @@ impl SimpleQueryHandler for Queries {
             return Err(PgWireError::NotReadyForQuery);
         }
         client.set_state(PgWireConnectionState::QueryInProgress);
-        let statements = self.gate.admit(&query.query, &user_of(client))?;
+        self.statement_starts(client, &query.query)?;
+        let result = self.run_text(client, &query.query).await;
+        self.sessions.statement_ends(client);
+        result
+    }
+
+    /// Not used: [`Self::on_query`] runs each statement itself.
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Err(error(
+            sqlstate::INTERNAL_ERROR,
+            format!("a query text reached the unused simple-query path: {query}"),
+        ))
+    }
+}
+
+impl Queries {
+    /// The statements of one query text, each answered before the next
+    /// (`SimpleQueryHandler::on_query`).
+    async fn run_text<C>(&self, client: &mut C, text: &str) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = self.gate.admit(text, &user_of(client))?;
         if statements.is_empty() {
             client
                 .feed(PgWireBackendMessage::EmptyQueryResponse(
@@ -190,20 +257,6 @@ impl SimpleQueryHandler for Queries {
         }
         Ok(())
     }
-
-    /// Not used: [`Self::on_query`] runs each statement itself.
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        Err(error(
-            sqlstate::INTERNAL_ERROR,
-            format!("a query text reached the unused simple-query path: {query}"),
-        ))
-    }
 }
 
 #[async_trait]
@@ -223,6 +276,7 @@ impl ExtendedQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.start(client);
         if let Some(name) = message.name.as_ref().filter(|n| !n.is_empty()) {
             self.prepared
                 .lock()
@@ -293,6 +347,27 @@ impl ExtendedQueryHandler for Queries {
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement = &portal.statement.statement;
+        self.statement_starts(client, &statement.tree.to_string())?;
+        let answer = self.execute(client, portal).await;
+        self.sessions.statement_ends(client);
+        answer
+    }
+}
+
+impl Queries {
+    /// Execute of a portal (`ExtendedQueryHandler::do_query`).
+    async fn execute<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<AdmittedStatement>,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = AdmittedStatement>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {

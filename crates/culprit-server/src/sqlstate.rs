@@ -87,8 +87,33 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
     (code, msg)
 }
 
+/// An error of the server's own functions (`sessions.rs`), raised inside
+/// DataFusion with the SQLSTATE it maps to.
+#[derive(Debug)]
+pub struct Coded {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Coded {
+    pub fn new(code: &'static str, message: String) -> Coded {
+        Coded { code, message }
+    }
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
 /// culprit's typed errors inside DataFusion's.
 fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'static str {
+    if let Some(e) = e.downcast_ref::<Coded>() {
+        return e.code;
+    }
     if let Some(e) = e.downcast_ref::<CulpritError>() {
         return match e {
             CulpritError::Method {

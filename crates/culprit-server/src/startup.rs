@@ -13,6 +13,7 @@ use pgwire::api::auth::sasl::scram::{ScramAuth, SCRAM_ITERATIONS};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{DefaultServerParameterProvider, StartupHandler};
 use pgwire::api::{ClientInfo, ConnectionManager};
+use pgwire::api::{PidSecretKeyGenerator, RandomPidSecretKeyGenerator};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::OwnedSemaphorePermit;
@@ -30,7 +31,19 @@ impl NoopStartupHandler for NoAuth {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(self.connections.clone())
     }
+
+    fn pid_secret_key_generator(&self) -> &dyn PidSecretKeyGenerator {
+        &**PIDS
+    }
 }
+
+/// The pids (and secret keys) of every connection of the process, from one
+/// counter: a pid names one session (`pg_stat_activity`,
+/// `pg_cancel_backend`). pgwire's SCRAM handler counts from its own start,
+/// and culprit makes one per connection, so every authenticated
+/// connection had the same pid.
+static PIDS: std::sync::LazyLock<Arc<RandomPidSecretKeyGenerator>> =
+    std::sync::LazyLock::new(|| Arc::new(RandomPidSecretKeyGenerator::default()));
 
 enum Auth {
     None(NoAuth),
@@ -64,7 +77,8 @@ impl Startup {
                         Arc::new(DefaultServerParameterProvider::default()),
                     )
                     .with_scram(scram)
-                    .with_connection_manager(connections),
+                    .with_connection_manager(connections)
+                    .with_pid_secret_key_generator(PIDS.clone()),
                 )
             }
             None => Auth::None(NoAuth { connections }),

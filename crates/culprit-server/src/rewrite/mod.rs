@@ -30,8 +30,28 @@ struct Rules {
 impl VisitorMut for Rules {
     type Break = ();
 
+    /// culprit's own catalog tables (`catalog.rs`) are found unqualified,
+    /// as PostgreSQL finds them on its path: `pg_stat_activity`.
+    fn pre_visit_relation(
+        &mut self,
+        r: &mut datafusion::sql::sqlparser::ast::ObjectName,
+    ) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart};
+        if let [ObjectNamePart::Identifier(t)] = r.0.as_slice() {
+            if t.value.eq_ignore_ascii_case("pg_stat_activity") {
+                *r = ObjectName(vec![
+                    ObjectNamePart::Identifier(Ident::new("pg_catalog")),
+                    ObjectNamePart::Identifier(t.clone()),
+                ]);
+                self.changed = true;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
         pgcli::keep_names(q);
+        sqlalchemy::keep_function_names(q);
         self.changed |=
             grafana::rewrite_query(q) | pgjdbc::unique_names(q) | psqlodbc::series_in_projection(q);
         ControlFlow::Continue(())
@@ -46,6 +66,7 @@ impl VisitorMut for Rules {
             || sqlalchemy::like_escape(e)
             || sqlalchemy::generate_subscripts(e)
             || sqlalchemy::view_definition(e)
+            || sqlalchemy::table_is_visible(e)
             || pgjdbc::rewrite_expr(e)
             || pgjdbc::field_access(e);
         ControlFlow::Continue(())

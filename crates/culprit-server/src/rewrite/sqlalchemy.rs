@@ -26,8 +26,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, GroupByExpr, JoinOperator, Query, Select, SelectItem, TableFactor, Value,
-    Visit, Visitor,
+    BinaryOperator, Expr, GroupByExpr, JoinOperator, Query, Select, SelectItem, SetExpr,
+    TableFactor, Value, Visit, Visitor,
 };
 
 use super::ast::{
@@ -346,4 +346,66 @@ pub(super) fn view_definition(e: &mut Expr) -> bool {
         vec![Expr::CompoundIdentifier(name)],
     );
     true
+}
+
+/// `pg_table_is_visible(oid)` (SQLAlchemy's `get_table_names()` without a
+/// schema, psql's `\dt`, Superset's table list): the relation is visible
+/// when its schema is the one unqualified names resolve in
+/// (`current_schema()`, set by `search_path`) or `pg_catalog`. The built-in
+/// answered true for every table, so `cron` and `reports` tables were
+/// listed as if they were in `public`. By the relation's schema, looked up
+/// in `pg_class` (a scalar subquery, which DataFusion decorrelates in a
+/// projection as in a filter).
+pub(super) fn table_is_visible(e: &mut Expr) -> bool {
+    let Expr::Function(f) = e else {
+        return false;
+    };
+    if last_name(&f.name) != "pg_table_is_visible" {
+        return false;
+    }
+    let Some(args) = call_args(f) else {
+        return false;
+    };
+    let [relation] = args.as_slice() else {
+        return false;
+    };
+    let sql = format!(
+        "(SELECT max(culprit_vis_n.nspname) FROM pg_catalog.pg_class culprit_vis_c \
+         JOIN pg_catalog.pg_namespace culprit_vis_n ON culprit_vis_n.oid = culprit_vis_c.relnamespace \
+         WHERE culprit_vis_c.oid = {relation}) IN (current_schema(), 'pg_catalog')"
+    );
+    let parsed = datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(&sql)
+    .and_then(|mut p| p.parse_expr());
+    match parsed {
+        Ok(visible) => {
+            *e = Expr::Nested(Box::new(visible));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A bare call of a function the rules replace (`pg_table_is_visible`,
+/// `pg_get_viewdef`) in a projection keeps the column name PostgreSQL
+/// gives it, the function's name: it gets it as alias before the call is
+/// rewritten. Changes no value.
+pub(super) fn keep_function_names(q: &mut Query) {
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    for item in select.projection.iter_mut() {
+        if let SelectItem::UnnamedExpr(e @ Expr::Function(_)) = item {
+            let Expr::Function(f) = &*e else { continue };
+            let name = last_name(&f.name);
+            if matches!(name.as_str(), "pg_table_is_visible" | "pg_get_viewdef") {
+                *item = SelectItem::ExprWithAlias {
+                    expr: e.clone(),
+                    alias: datafusion::sql::sqlparser::ast::Ident::new(name),
+                };
+            }
+        }
+    }
 }
