@@ -46,13 +46,6 @@ fn error(code: &str, message: String) -> PgWireError {
     )))
 }
 
-/// PostgreSQL's `34000`.
-const INVALID_CURSOR_NAME: &str = "34000";
-/// PostgreSQL's `42P03`.
-const DUPLICATE_CURSOR: &str = "42P03";
-/// PostgreSQL's `55000`.
-const NOT_IN_PREREQUISITE_STATE: &str = "55000";
-
 /// Where a fetch goes, in rows, from the cursor's position (PostgreSQL's
 /// rules: position 0 is before the first row, `n + 1` after the last).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -197,7 +190,7 @@ impl Cursor {
                     _ => {
                         let mut info = ErrorInfo::new(
                             "ERROR".into(),
-                            NOT_IN_PREREQUISITE_STATE.into(),
+                            sqlstate::NOT_IN_PREREQUISITE_STATE.into(),
                             "cursor can only scan forward".into(),
                         );
                         info.hint =
@@ -410,32 +403,33 @@ impl Cursors {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Adds a cursor; a name already declared is PostgreSQL's `42P03`.
-    pub fn declare(&self, name: &str, cursor: Cursor) -> PgWireResult<Response> {
-        let mut map = self.map();
-        if map.contains_key(name) {
+    /// `Err` (PostgreSQL's `42P03`) when a cursor of that name exists:
+    /// checked before the cursor's query runs.
+    pub fn free(&self, name: &str) -> PgWireResult<()> {
+        if self.map().contains_key(name) {
             return Err(error(
-                DUPLICATE_CURSOR,
+                sqlstate::DUPLICATE_CURSOR,
                 format!("cursor \"{name}\" already exists"),
             ));
         }
-        map.insert(name.to_string(), Arc::new(tokio::sync::Mutex::new(cursor)));
-        Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
+        Ok(())
+    }
+
+    /// Adds a cursor whose name [`Cursors::free`] found free.
+    pub fn declare(&self, name: &str, cursor: Cursor) -> Response {
+        self.map()
+            .insert(name.to_string(), Arc::new(tokio::sync::Mutex::new(cursor)));
+        Response::Execution(Tag::new("DECLARE CURSOR"))
     }
 
     /// The cursor `name`, or PostgreSQL's `34000`.
     pub fn get(&self, name: &str) -> PgWireResult<Arc<tokio::sync::Mutex<Cursor>>> {
         self.map().get(name).cloned().ok_or_else(|| {
             error(
-                INVALID_CURSOR_NAME,
+                sqlstate::INVALID_CURSOR_NAME,
                 format!("cursor \"{name}\" does not exist"),
             )
         })
-    }
-
-    /// Whether a cursor of that name exists.
-    pub fn exists(&self, name: &str) -> bool {
-        self.map().contains_key(name)
     }
 
     /// `CLOSE name` (an unknown name is `34000`) or, without a name,
@@ -447,7 +441,7 @@ impl Cursors {
             Some(name) => {
                 if map.remove(name).is_none() {
                     return Err(error(
-                        INVALID_CURSOR_NAME,
+                        sqlstate::INVALID_CURSOR_NAME,
                         format!("cursor \"{name}\" does not exist"),
                     ));
                 }

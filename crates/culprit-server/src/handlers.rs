@@ -75,6 +75,7 @@ impl CulpritHandlers {
             prepared: Default::default(),
             sessions: shared.sessions.clone(),
             started: Default::default(),
+            status_left: Default::default(),
         };
         let startup = Startup::new(
             shared.users.as_ref(),

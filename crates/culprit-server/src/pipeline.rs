@@ -41,7 +41,7 @@ use datafusion::sql::sqlparser::ast::CopyTarget;
 
 use crate::copy::{self, CopyIn, CopyOptions, Slot};
 use crate::cursors::{Cursor, Step};
-use crate::hooks::SessionHooks;
+use crate::hooks::{no_columns, SessionHooks};
 use crate::parameters::{self, Values};
 use crate::sqlstate;
 
@@ -333,16 +333,11 @@ impl Pipeline {
                     let hold = declare.hold == Some(true);
                     if !hold && client.transaction_status() == pgwire::messages::response::TransactionStatus::Idle {
                         return Err(copy_error(
-                            "25P01",
+                            sqlstate::NO_ACTIVE_TRANSACTION,
                             "DECLARE CURSOR can only be used in transaction blocks (or declare it WITH HOLD)",
                         ));
                     }
-                    if self.hooks.cursors.exists(&name.value) {
-                        return Err(copy_error(
-                            "42P03",
-                            &format!("cursor \"{}\" already exists", name.value),
-                        ));
-                    }
+                    self.hooks.cursors.free(&name.value)?;
                     let plan = self.plan(&Statement::Query(query.clone())).await?;
                     let described = plan.schema().clone();
                     let stream = self
@@ -361,7 +356,7 @@ impl Pipeline {
                         declare.binary == Some(true),
                     )
                     .await?;
-                    answer = self.hooks.cursors.declare(&name.value, cursor);
+                    answer = Ok(self.hooks.cursors.declare(&name.value, cursor));
                 }
                 answer
             }
@@ -398,13 +393,8 @@ impl Pipeline {
         &self.ctx
     }
 
-    /// The status the last transaction statement left, once (see
-    /// `hooks/transactions.rs`).
-    pub fn take_transaction_status(&self) -> Option<pgwire::messages::response::TransactionStatus> {
-        self.hooks.take_transaction_status()
-    }
-
-    /// Whether a cursor of that name is open (a portal Describe may name it).
+    /// The columns of the cursor `name`, if it is open (a portal Describe
+    /// may name it).
     pub fn cursor_fields(
         &self,
         name: &str,
@@ -598,14 +588,6 @@ impl Pipeline {
             ),
         }
     }
-}
-
-/// A plan with no columns: what a statement answered by a tag describes.
-fn no_columns() -> LogicalPlan {
-    LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
-        produce_one_row: false,
-        schema: Arc::new(datafusion::common::DFSchema::empty()),
-    })
 }
 
 fn copy_error(code: &str, message: &str) -> PgWireError {

@@ -27,7 +27,7 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::extendedquery::{
     Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
 };
-use pgwire::messages::response::EmptyQueryResponse;
+use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
@@ -91,6 +91,9 @@ pub struct Queries {
     pub sessions: crate::sessions::Sessions,
     /// This connection's pid once its first message is handled (0 before).
     pub started: std::sync::atomic::AtomicI32,
+    /// The transaction status an Execute's statement left, which pgwire
+    /// would replace by the one before it (`hooks/transactions.rs`).
+    pub status_left: std::sync::Mutex<Option<TransactionStatus>>,
 }
 
 impl Drop for Queries {
@@ -115,40 +118,54 @@ impl Queries {
         self.sessions.statement_starts(client, query)
     }
 
-    /// The session's own functions, registered before its first statement
-    /// is planned.
+    /// Before the connection's first statement is planned: its own
+    /// functions (`sessions.rs`) and the startup packet's options
+    /// (`search_path`).
     fn start<C: ClientInfo + ?Sized>(&self, client: &C) {
         use std::sync::atomic::Ordering;
         let (pid, _) = client.pid_and_secret_key();
         if self.started.swap(pid, Ordering::SeqCst) == 0 {
-            self.sessions
-                .register_functions(self.pipeline.session(), client, &self.running);
+            let ctx = self.pipeline.session();
+            self.sessions.register_functions(ctx, client, &self.running);
+            crate::hooks::apply_startup_options(ctx, client);
         }
     }
 
     /// `DEALLOCATE` of a statement prepared through the protocol (psqlODBC
     /// prepares with a Parse and frees it in SQL), or `DEALLOCATE ALL`:
     /// PostgreSQL has one namespace for both kinds. `None` leaves the
-    /// statement to the pipeline (a statement prepared with `PREPARE`).
-    fn deallocate<S: PortalStore>(&self, store: &S, tree: &Statement) -> Option<Response> {
+    /// statement to the pipeline: a statement prepared with `PREPARE`, and
+    /// any statement of a failed transaction block (which the pipeline
+    /// refuses, whatever its path).
+    fn deallocate<C>(&self, client: &C, tree: &Statement) -> Option<Response>
+    where
+        C: ClientInfo + ClientPortalStore,
+        C::PortalStore: PortalStore,
+    {
         let Statement::Deallocate { name, .. } = tree else {
             return None;
         };
-        let mut names = self
-            .prepared
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if client.transaction_status() == TransactionStatus::Error {
+            return None;
+        }
+        let store = client.portal_store();
         if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
-            for name in names.drain() {
+            for name in self.prepared().drain() {
                 store.rm_statement(&name);
             }
             return Some(Response::Execution(Tag::new("DEALLOCATE ALL")));
         }
-        if names.remove(&name.value) {
-            store.rm_statement(&name.value);
-            return Some(Response::Execution(Tag::new("DEALLOCATE")));
-        }
-        None
+        store.get_statement(&name.value)?;
+        store.rm_statement(&name.value);
+        self.prepared().remove(&name.value);
+        Some(Response::Execution(Tag::new("DEALLOCATE")))
+    }
+
+    /// The names of the statements prepared through the protocol.
+    fn prepared(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.prepared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -212,18 +229,14 @@ impl Queries {
         // One guard for the whole text: its statements share the deadline.
         let guard = StatementGuard::start(client, self.statement_timeout, &self.running);
         for tree in statements {
-            let response = match self.deallocate(client.portal_store(), &tree) {
+            let response = match self.deallocate(client, &tree) {
                 Some(response) => response,
                 None => {
                     let statement = AdmittedStatement::unplanned(tree);
                     let run =
                         self.pipeline
                             .run(client, &statement, Values::None, &Format::UnifiedText);
-                    let response = guard.run(run).await;
-                    // Applied already: the simple protocol keeps the status
-                    // the hooks set on the connection.
-                    self.pipeline.take_transaction_status();
-                    guard.cover_rows(response?)
+                    guard.cover_rows(guard.run(run).await?)
                 }
             };
             match response {
@@ -278,10 +291,12 @@ impl ExtendedQueryHandler for Queries {
     {
         self.start(client);
         if let Some(name) = message.name.as_ref().filter(|n| !n.is_empty()) {
-            self.prepared
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(name.clone());
+            // Statements closed by the protocol (psycopg 3 closes its own)
+            // leave the list, which so stays as long as the live ones.
+            let store = client.portal_store();
+            let mut prepared = self.prepared();
+            prepared.retain(|n| store.get_statement(n).is_some());
+            prepared.insert(name.clone());
         }
         // pgwire's own Parse, which an override cannot call.
         let name = message
@@ -308,10 +323,13 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let result = self._on_execute(client, message).await;
-        if let Some(status) = self.pipeline.take_transaction_status() {
-            if result.is_ok() {
-                client.set_transaction_status(status);
-            }
+        let left = self
+            .status_left
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let (Some(status), true) = (left, result.is_ok()) {
+            client.set_transaction_status(status);
         }
         result
     }
@@ -353,6 +371,11 @@ impl ExtendedQueryHandler for Queries {
         let statement = &portal.statement.statement;
         self.statement_starts(client, &statement.tree.to_string())?;
         let answer = self.execute(client, portal).await;
+        // The status the statement left (`on_execute` keeps it).
+        *self
+            .status_left
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(client.transaction_status());
         self.sessions.statement_ends(client);
         answer
     }
@@ -372,7 +395,7 @@ impl Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let statement = &portal.statement.statement;
-        if let Some(response) = self.deallocate(client.portal_store(), &statement.tree) {
+        if let Some(response) = self.deallocate(client, &statement.tree) {
             return Ok(response);
         }
         check_result_formats(statement, Some(&portal.result_column_format))?;

@@ -93,7 +93,7 @@ impl Sessions {
             map.remove(&pid);
             return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
                 "FATAL".into(),
-                "57P01".into(),
+                crate::sqlstate::ADMIN_SHUTDOWN.into(),
                 "terminating connection due to administrator command".into(),
             ))));
         }

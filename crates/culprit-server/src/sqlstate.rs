@@ -33,6 +33,16 @@ pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
 pub const IO_ERROR: &str = "58030";
 pub const DATA_CORRUPTED: &str = "XX001";
 pub const INTERNAL_ERROR: &str = "XX000";
+/// Transaction blocks (`hooks/transactions.rs`).
+pub const IN_FAILED_TRANSACTION: &str = "25P02";
+pub const NO_ACTIVE_TRANSACTION: &str = "25P01";
+pub const INVALID_SAVEPOINT: &str = "3B001";
+/// Cursors (`cursors.rs`).
+pub const INVALID_CURSOR_NAME: &str = "34000";
+pub const DUPLICATE_CURSOR: &str = "42P03";
+pub const NOT_IN_PREREQUISITE_STATE: &str = "55000";
+/// `pg_terminate_backend` (`sessions.rs`).
+pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const PROTOCOL_VIOLATION: &str = "08P01";
 pub const TOO_MANY_CONNECTIONS: &str = "53300";
 pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";

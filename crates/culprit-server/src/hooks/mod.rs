@@ -24,7 +24,6 @@ use datafusion_postgres::QueryHook;
 use pgwire::api::results::{Response, Tag};
 use pgwire::api::ClientInfo;
 use pgwire::error::PgWireResult;
-use pgwire::messages::response::TransactionStatus;
 
 use crate::cursors::Cursors;
 use transactions::Transactions;
@@ -34,12 +33,10 @@ use transactions::Transactions;
 pub struct SessionHooks {
     transactions: Transactions,
     pub cursors: Cursors,
-    /// The startup packet's `options` (`-c search_path=...`) applied.
-    started: std::sync::atomic::AtomicBool,
 }
 
 /// A plan with no columns: what a statement answered by a tag describes.
-fn no_columns() -> LogicalPlan {
+pub(crate) fn no_columns() -> LogicalPlan {
     LogicalPlan::EmptyRelation(EmptyRelation {
         produce_one_row: false,
         schema: Arc::new(DFSchema::empty()),
@@ -75,7 +72,6 @@ impl SessionHooks {
         ctx: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
-        self.start(ctx, client);
         let statement = &*normalized(statement);
         if transactions::is_transaction_statement(statement)
             || session_tag(statement).is_some()
@@ -88,12 +84,6 @@ impl SessionHooks {
             .await
     }
 
-    /// The status the last transaction statement left (see
-    /// `transactions.rs`), once.
-    pub fn take_transaction_status(&self) -> Option<TransactionStatus> {
-        self.transactions.take_left()
-    }
-
     /// A hook's answer to `statement`, if one answers it, or its refusal in
     /// a failed transaction block. `described` is the plan made when the
     /// statement was prepared (extended protocol).
@@ -104,7 +94,6 @@ impl SessionHooks {
         ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.start(ctx, client);
         let statement = &*normalized(statement);
         if let Some(refusal) = self.transactions.refusal(statement, client) {
             return Some(Err(refusal));
@@ -154,38 +143,32 @@ impl SessionHooks {
     }
 }
 
-impl SessionHooks {
-    /// Applies the startup packet's `options` once, before the first
-    /// statement: `-c search_path=...` (Superset's SQL Lab connects so
-    /// when a schema is chosen).
-    fn start(&self, ctx: &SessionContext, client: &(impl ClientInfo + ?Sized)) {
-        use std::sync::atomic::Ordering;
-        if self.started.swap(true, Ordering::SeqCst) {
-            return;
+/// Applies the startup packet's `options`, before the connection's first
+/// statement (`protocol.rs`): `-c search_path=...` (Superset's SQL Lab
+/// connects so when a schema is chosen).
+pub fn apply_startup_options(ctx: &SessionContext, client: &(impl ClientInfo + ?Sized)) {
+    let Some(options) = client.metadata().get("options") else {
+        return;
+    };
+    let words: Vec<&str> = options.split_whitespace().collect();
+    let mut settings = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let word = words[i];
+        if word == "-c" {
+            settings.extend(words.get(i + 1).copied());
+            i += 2;
+            continue;
         }
-        let Some(options) = client.metadata().get("options") else {
-            return;
-        };
-        let words: Vec<&str> = options.split_whitespace().collect();
-        let mut settings = Vec::new();
-        let mut i = 0;
-        while i < words.len() {
-            let word = words[i];
-            if word == "-c" {
-                settings.extend(words.get(i + 1).copied());
-                i += 2;
-                continue;
-            }
-            if let Some(setting) = word.strip_prefix("-c").or_else(|| word.strip_prefix("--")) {
-                settings.push(setting);
-            }
-            i += 1;
+        if let Some(setting) = word.strip_prefix("-c").or_else(|| word.strip_prefix("--")) {
+            settings.push(setting);
         }
-        for setting in settings {
-            if let Some((name, value)) = setting.split_once('=') {
-                if name.trim().eq_ignore_ascii_case("search_path") {
-                    use_search_path(ctx, &schema_list(value));
-                }
+        i += 1;
+    }
+    for setting in settings {
+        if let Some((name, value)) = setting.split_once('=') {
+            if name.trim().eq_ignore_ascii_case("search_path") {
+                use_search_path(ctx, &schema_list(value));
             }
         }
     }

@@ -13,10 +13,9 @@
 //! - `COMMIT` of a failed block answers `ROLLBACK`;
 //! - the end of a block closes its cursors declared without `WITH HOLD`.
 //!
-//! The state is the connection's transaction status. pgwire's Execute
-//! would put back the status it saw before the statement, so the status a
-//! statement leaves is also kept in [`Transactions::left`], which the
-//! protocol layer applies after it (`protocol.rs`).
+//! The state is the connection's transaction status, set here. (pgwire's
+//! Execute would put back the status it saw before the statement:
+//! `protocol.rs` keeps the one the statement left.)
 
 use std::sync::Mutex;
 
@@ -26,6 +25,7 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::TransactionStatus;
 
 use crate::cursors::Cursors;
+use crate::sqlstate;
 use datafusion::prelude::SessionContext;
 use datafusion_postgres::hooks::HookClient;
 
@@ -37,21 +37,11 @@ fn error(code: &str, message: &str) -> PgWireError {
     )))
 }
 
-/// PostgreSQL's `25P02`, in_failed_sql_transaction.
-pub const IN_FAILED_TRANSACTION: &str = "25P02";
-/// PostgreSQL's `25P01`, no_active_sql_transaction.
-const NO_ACTIVE_TRANSACTION: &str = "25P01";
-/// PostgreSQL's `3B001`, invalid_savepoint_specification.
-const INVALID_SAVEPOINT: &str = "3B001";
-
 /// The transaction block of one connection.
 #[derive(Default)]
 pub struct Transactions {
     /// The savepoints of the open block, oldest first.
     savepoints: Mutex<Vec<String>>,
-    /// The status the last transaction statement left, taken by the
-    /// protocol layer.
-    left: Mutex<Option<TransactionStatus>>,
     /// The session's settings when the block began (the connection's
     /// metadata and the schema unqualified names resolve in): a `ROLLBACK`
     /// puts them back, as PostgreSQL undoes a `SET` of a rolled-back block.
@@ -77,22 +67,6 @@ impl Transactions {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The status the last transaction statement left, once.
-    pub fn take_left(&self) -> Option<TransactionStatus> {
-        self.left
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
-    }
-
-    fn set(&self, client: &mut dyn HookClient, status: TransactionStatus) {
-        client.set_transaction_status(status);
-        *self
-            .left
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(status);
-    }
-
     /// The refusal of a statement in a failed block, if it is one.
     pub fn refusal(&self, statement: &Statement, client: &dyn HookClient) -> Option<PgWireError> {
         let allowed = matches!(
@@ -101,7 +75,7 @@ impl Transactions {
         );
         (client.transaction_status() == TransactionStatus::Error && !allowed).then(|| {
             error(
-                IN_FAILED_TRANSACTION,
+                sqlstate::IN_FAILED_TRANSACTION,
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
         })
@@ -138,7 +112,7 @@ impl Transactions {
                         .default_schema
                         .clone();
                     *self.settings() = Some((client.metadata().clone(), schema));
-                    self.set(client, Transaction);
+                    client.set_transaction_status(Transaction);
                 } else {
                     // PostgreSQL warns and stays in the block.
                     log::debug!("BEGIN inside a transaction block: ignored");
@@ -166,13 +140,13 @@ impl Transactions {
                         .catalog
                         .default_schema = schema;
                 }
-                self.set(client, Idle);
+                client.set_transaction_status(Idle);
                 Ok(Response::Execution(Tag::new(tag)))
             }
             Statement::Savepoint { name } => {
                 if status == Idle {
                     Err(error(
-                        NO_ACTIVE_TRANSACTION,
+                        sqlstate::NO_ACTIVE_TRANSACTION,
                         "SAVEPOINT can only be used in transaction blocks",
                     ))
                 } else {
@@ -194,7 +168,7 @@ impl Transactions {
                 let mut savepoints = self.savepoints();
                 if status == Idle {
                     Err(error(
-                        NO_ACTIVE_TRANSACTION,
+                        sqlstate::NO_ACTIVE_TRANSACTION,
                         &format!("{what} can only be used in transaction blocks"),
                     ))
                 } else if let Some(at) = savepoints.iter().rposition(|s| *s == name.value) {
@@ -203,7 +177,7 @@ impl Transactions {
                     savepoints.truncate(if release { at } else { at + 1 });
                     drop(savepoints);
                     if !release {
-                        self.set(client, Transaction);
+                        client.set_transaction_status(Transaction);
                     }
                     Ok(Response::Execution(Tag::new(if release {
                         "RELEASE"
@@ -212,7 +186,7 @@ impl Transactions {
                     })))
                 } else {
                     Err(error(
-                        INVALID_SAVEPOINT,
+                        sqlstate::INVALID_SAVEPOINT,
                         &format!("savepoint \"{}\" does not exist", name.value),
                     ))
                 }

@@ -87,6 +87,14 @@ pub fn call_args(f: &Function) -> Option<Vec<&Expr>> {
         .collect()
 }
 
+/// The arguments of `e` if it is a call of `name` (unnamed, expressions).
+pub fn args_of<'a>(e: &'a Expr, name: &str) -> Option<Vec<&'a Expr>> {
+    match e {
+        Expr::Function(f) if last_name(&f.name) == name => call_args(f),
+        _ => None,
+    }
+}
+
 /// The placeholder (`$n`) an expression is, if it is one.
 pub fn placeholder(e: &Expr) -> Option<&str> {
     match e {

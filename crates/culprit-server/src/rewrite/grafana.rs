@@ -38,19 +38,12 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::ast::{
-    binary, call, call_args, call_with, case_when, last_name, number, select_mut, select_one,
+    args_of, binary, call, call_args, call_with, case_when, last_name, number, select_mut,
+    select_one,
 };
 
 /// Scalar functions Grafana calls in `FROM`.
 const SCALAR_IN_FROM: &[&str] = &["string_to_array", "regexp_split_to_array"];
-
-/// The arguments of `e` if it is a call of `name`.
-fn args_of<'a>(e: &'a Expr, name: &str) -> Option<Vec<&'a Expr>> {
-    match e {
-        Expr::Function(f) if last_name(&f.name) == name => call_args(f),
-        _ => None,
-    }
-}
 
 /// Whether `e` is `array_lower(string_to_array(current_setting('search_path'), ...), ...)`.
 fn lower_bound_of_search_path(e: &Expr) -> bool {

@@ -31,7 +31,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::ast::{
-    binary, call, call_args, case_when, cast_to_bigint, is_catalog_name, last_name, null,
+    args_of, binary, call, case_when, cast_to_bigint, is_catalog_name, last_name, null,
     placeholder, select, select_mut, strip_casts,
 };
 
@@ -280,13 +280,7 @@ fn re_escape(e: &mut Expr, escape: char) {
 
 /// `generate_subscripts(a, 1)` as `unnest(range(1, cardinality(a) + 1))`.
 pub(super) fn generate_subscripts(e: &mut Expr) -> bool {
-    let Expr::Function(f) = e else {
-        return false;
-    };
-    if last_name(&f.name) != "generate_subscripts" {
-        return false;
-    }
-    let Some(args) = call_args(f) else {
+    let Some(args) = args_of(e, "generate_subscripts") else {
         return false;
     };
     let [array, dim] = args.as_slice() else {
@@ -319,13 +313,7 @@ pub(super) fn generate_subscripts(e: &mut Expr) -> bool {
 /// DBeaver's view DDL) as `culprit_view_definition(c.relname)`: the
 /// definition by the view's name, which the catalog knows.
 pub(super) fn view_definition(e: &mut Expr) -> bool {
-    let Expr::Function(f) = e else {
-        return false;
-    };
-    if last_name(&f.name) != "pg_get_viewdef" {
-        return false;
-    }
-    let Some(args) = call_args(f) else {
+    let Some(args) = args_of(e, "pg_get_viewdef") else {
         return false;
     };
     let Some(Expr::CompoundIdentifier(parts)) = args.first().map(|a| strip_casts(a)) else {
@@ -357,13 +345,7 @@ pub(super) fn view_definition(e: &mut Expr) -> bool {
 /// in `pg_class` (a scalar subquery, which DataFusion decorrelates in a
 /// projection as in a filter).
 pub(super) fn table_is_visible(e: &mut Expr) -> bool {
-    let Expr::Function(f) = e else {
-        return false;
-    };
-    if last_name(&f.name) != "pg_table_is_visible" {
-        return false;
-    }
-    let Some(args) = call_args(f) else {
+    let Some(args) = args_of(e, "pg_table_is_visible") else {
         return false;
     };
     let [relation] = args.as_slice() else {
