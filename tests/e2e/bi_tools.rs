@@ -481,3 +481,217 @@ async fn sessions_are_signalled_by_their_own_user_only() {
     let one: i64 = bob.query_one("SELECT 1::bigint", &[]).await.unwrap().get(0);
     assert_eq!(one, 1, "bob's session still runs");
 }
+
+/// The privilege functions, `pg_roles` and `pg_class.relacl` tell what the
+/// gate lets each role do (docs/clients.md): everyone reads; a `write` user
+/// also inserts into user tables; nobody writes telemetry. Each answer is
+/// then tried for real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn privileges_answer_by_the_users_role() {
+    use crate::common::{code, login, users};
+    let (_tmp, store) = demo_store();
+    let opts = culprit_server::ServerOptions {
+        users: Some(users()),
+        ..Default::default()
+    };
+    let (addr, _server) =
+        crate::common::start_server_with(Store::open(&store).unwrap(), opts).await;
+    let alice = login(addr, "alice", "alice-pw").await.unwrap(); // read
+    let bob = login(addr, "bob", "bob-pw").await.unwrap(); // write
+    bob.simple_query("CREATE TABLE owners (query_id text, team text)")
+        .await
+        .unwrap();
+    let ask = |sql: &'static str| {
+        let (alice, bob) = (&alice, &bob);
+        async move {
+            let a: bool = alice.query_one(sql, &[]).await.unwrap().get(0);
+            let b: bool = bob.query_one(sql, &[]).await.unwrap().get(0);
+            (a, b)
+        }
+    };
+    for (sql, want) in [
+        (
+            "SELECT has_table_privilege('tasks', 'SELECT')",
+            (true, true),
+        ),
+        (
+            "SELECT has_table_privilege('public.tasks', 'INSERT')",
+            (false, false),
+        ),
+        (
+            "SELECT has_table_privilege('owners', 'INSERT')",
+            (false, true),
+        ),
+        (
+            "SELECT has_table_privilege('owners', 'UPDATE, INSERT')",
+            (false, true),
+        ),
+        (
+            "SELECT has_table_privilege('owners', 'INSERT WITH GRANT OPTION')",
+            (false, false),
+        ),
+        (
+            "SELECT has_table_privilege('alice', 'owners', 'INSERT')",
+            (false, false),
+        ),
+        (
+            "SELECT has_table_privilege('bob', 'owners', 'INSERT')",
+            (true, true),
+        ),
+        (
+            "SELECT has_any_column_privilege('owners', 'SELECT')",
+            (true, true),
+        ),
+        (
+            "SELECT has_column_privilege('owners', 'team', 'INSERT')",
+            (false, true),
+        ),
+        (
+            "SELECT has_schema_privilege('public', 'CREATE')",
+            (false, true),
+        ),
+        (
+            "SELECT has_schema_privilege('pg_catalog', 'USAGE')",
+            (true, true),
+        ),
+        (
+            "SELECT has_database_privilege('culprit', 'CONNECT')",
+            (true, true),
+        ),
+    ] {
+        assert_eq!(ask(sql).await, want, "{sql} (alice, bob)");
+    }
+    // What they said, tried.
+    let e = alice
+        .simple_query("INSERT INTO owners VALUES ('q1', 'ads')")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "42501", "{e}");
+    bob.simple_query("INSERT INTO owners VALUES ('q1', 'ads')")
+        .await
+        .unwrap();
+    assert!(bob
+        .simple_query("INSERT INTO tasks SELECT * FROM tasks LIMIT 0")
+        .await
+        .is_err());
+    // Errors as PostgreSQL's.
+    for (sql, want) in [
+        ("SELECT has_table_privilege('no_such', 'SELECT')", "42P01"),
+        ("SELECT has_table_privilege('tasks', 'FLY')", "22023"),
+        (
+            "SELECT has_table_privilege('carol', 'tasks', 'SELECT')",
+            "42704",
+        ),
+        ("SELECT has_schema_privilege('nowhere', 'USAGE')", "3F000"),
+    ] {
+        let e = alice.query_one(sql, &[]).await.unwrap_err();
+        assert_eq!(code(&e), want, "{sql}: {e}");
+    }
+    // pg_roles lists the owner and the users file; relations are the owner's.
+    let roles: Vec<(String, bool)> = alice
+        .query(
+            "SELECT rolname, rolcanlogin FROM pg_roles ORDER BY oid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let want = [("culprit", false), ("alice", true), ("bob", true)];
+    assert_eq!(
+        roles,
+        want.map(|(n, l)| (n.to_string(), l)).to_vec(),
+        "pg_roles"
+    );
+    let acl = |table: &'static str| {
+        let alice = &alice;
+        async move {
+            let row = alice
+                .query_one(
+                    "SELECT array_to_string(c.relacl, ' '), r.rolname FROM pg_class c \
+                     JOIN pg_roles r ON c.relowner = r.oid WHERE c.relname = $1",
+                    &[&table],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, String>(0), row.get::<_, String>(1))
+        }
+    };
+    assert_eq!(acl("tasks").await, ("=r/culprit".into(), "culprit".into()));
+    assert_eq!(
+        acl("owners").await,
+        ("=r/culprit bob=aD/culprit".into(), "culprit".into())
+    );
+}
+
+/// Unnamed result columns have PostgreSQL's names (pandas keys frames by
+/// them, BI tools show them as headers): `count(*)` was `count(*)`, `1` was
+/// `Int64(1)`, and `SELECT current_user, session_user` failed with a
+/// duplicate name. The same through pandas on psycopg2, and for the columns
+/// `CREATE TABLE AS` defines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_are_named_as_postgresql_names_them() {
+    use crate::common::{login, users};
+    let (_tmp, store) = demo_store();
+    let opts = culprit_server::ServerOptions {
+        users: Some(users()),
+        ..Default::default()
+    };
+    let (addr, _server) =
+        crate::common::start_server_with(Store::open(&store).unwrap(), opts).await;
+    let bob = login(addr, "bob", "bob-pw").await.unwrap();
+    let names = |sql: &'static str| {
+        let bob = &bob;
+        async move {
+            let st = bob
+                .prepare(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            st.columns()
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    for (sql, want) in [
+        (
+            "SELECT count(*), 1, 'a'::text, max(cpu_seconds)::int FROM tasks",
+            vec!["count", "?column?", "text", "max"],
+        ),
+        ("SELECT query_id, count(*) AS n FROM tasks GROUP BY 1", vec!["query_id", "n"]),
+        (
+            "SELECT CASE WHEN true THEN 1 END, coalesce(NULL, 2), now()::date",
+            vec!["case", "coalesce", "now"],
+        ),
+        (
+            "SELECT current_user, session_user",
+            vec!["session_user", "session_user()"],
+        ),
+        (
+            "SELECT victim_query, sum(blame_seconds) FROM culprits('q-victim') GROUP BY 1 ORDER BY sum(blame_seconds)",
+            vec!["victim_query", "sum"],
+        ),
+        ("SELECT 1, 2", vec!["?column?", "Int64(2)"]),
+    ] {
+        assert_eq!(names(sql).await, want, "{sql}");
+    }
+    bob.simple_query("CREATE TABLE per_query AS SELECT query_id, count(*) FROM tasks GROUP BY 1")
+        .await
+        .unwrap();
+    assert_eq!(
+        names("SELECT * FROM per_query").await,
+        ["query_id", "count"]
+    );
+    let got = python(
+        addr,
+        "import pandas, psycopg2, warnings\n\
+         warnings.simplefilter('ignore')\n\
+         c = psycopg2.connect(host=HOST, port=PORT, user='alice', password='alice-pw', dbname='culprit')\n\
+         df = pandas.read_sql(\"SELECT query_id, count(*) FROM tasks WHERE query_id = 'q-victim' GROUP BY 1\", c)\n\
+         print(list(df.columns), int(df['count'][0]))",
+    )
+    .await;
+    // q-victim has 16 tasks in the demo input.
+    assert_eq!(got.trim(), "['query_id', 'count'] 16");
+}

@@ -141,6 +141,14 @@ impl Users {
     pub fn role(&self, user: &str) -> Option<Role> {
         self.users.get(user).map(|s| s.role)
     }
+
+    /// Every user with its role (in no order).
+    pub fn names_and_roles(&self) -> Vec<(String, Role)> {
+        self.users
+            .iter()
+            .map(|(name, s)| (name.clone(), s.role))
+            .collect()
+    }
 }
 
 #[async_trait]

@@ -9,6 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use culprit_sql::functions::catalog::{described, Described, Kind};
+
+use crate::privileges::{self, RoleRow};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Int32Type, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
@@ -75,6 +77,8 @@ pub struct Catalog {
     inner: Arc<dyn SchemaProvider>,
     /// The server's connections, for `pg_stat_activity`.
     sessions: crate::sessions::Sessions,
+    /// The server's roles, for `pg_roles` and `pg_class.relacl`.
+    roles: Arc<Vec<RoleRow>>,
 }
 
 #[async_trait]
@@ -89,6 +93,9 @@ impl SchemaProvider for Catalog {
         if name == STAT_ACTIVITY {
             return Ok(Some(self.sessions.table()));
         }
+        if name == INFORMATION_SCHEMA_VIEWS {
+            return Ok(Some(information_schema_views()?));
+        }
         let table = self.inner.table(name).await?;
         match (name, table) {
             ("pg_proc", Some(builtin)) => Ok(Some(Arc::new(Proc {
@@ -98,14 +105,18 @@ impl SchemaProvider for Catalog {
             ("pg_settings", Some(builtin)) => Ok(Some(settings(builtin.schema())?)),
             ("pg_database", Some(builtin)) => Ok(Some(database(builtin)?)),
             ("pg_index" | "pg_constraint", Some(builtin)) => Ok(Some(no_rows(builtin.schema())?)),
-            ("pg_class", Some(builtin)) => Ok(Some(class(builtin)?)),
+            ("pg_class", Some(builtin)) => {
+                let namespaces = self.inner.table("pg_namespace").await?;
+                Ok(Some(class(builtin, namespaces, &self.roles)?))
+            }
+            ("pg_roles", Some(builtin)) => Ok(Some(roles(builtin.schema(), &self.roles)?)),
             ("pg_views", Some(builtin)) => Ok(Some(views(builtin.schema())?)),
             (_, table) => Ok(table),
         }
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name == STAT_ACTIVITY || self.inner.table_exist(name)
+        name == STAT_ACTIVITY || name == INFORMATION_SCHEMA_VIEWS || self.inner.table_exist(name)
     }
 
     fn register_table(
@@ -177,31 +188,182 @@ fn view(
     Ok(Arc::new(ViewTable::new(plan, None)))
 }
 
-/// `pg_class` with PostgreSQL's `relacl` and `reloptions` (NULL: default
-/// privileges, no storage options), which pgjdbc's `getTablePrivileges`
-/// and SQLAlchemy's index reflection select ([`view`]).
-fn class(builtin: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+/// `pg_class` owned by `culprit` (oid 10, as `pg_roles` lists it), with
+/// PostgreSQL's `relacl` as culprit grants (`privileges.rs`: `SELECT` to
+/// everyone; `INSERT` and `TRUNCATE` of user tables, the relations of
+/// `public` that are neither telemetry nor culprit's views, to `write`
+/// users) and `reloptions` (NULL: no storage options), which pgjdbc's
+/// `getTablePrivileges` and SQLAlchemy's index reflection select ([`view`]).
+fn class(
+    builtin: Arc<dyn TableProvider>,
+    namespaces: Option<Arc<dyn TableProvider>>,
+    roles: &[RoleRow],
+) -> Result<Arc<dyn TableProvider>> {
     use datafusion::arrow::datatypes::Field;
-    use datafusion::logical_expr::col;
+    use datafusion::logical_expr::expr::{Alias, FieldMetadata};
+    use datafusion::logical_expr::{col, lit, when};
     let schema = builtin.schema();
     let text_list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
     let mut columns: Vec<Expr> = schema
         .fields()
         .iter()
-        .map(|f| col(format!("pg_class.{}", f.name())))
-        .collect();
-    for name in ["relacl", "reloptions"] {
-        if schema.index_of(name).is_err() {
-            columns.push(
-                datafusion::logical_expr::cast(
-                    Expr::Literal(ScalarValue::Null, None),
-                    text_list.clone(),
+        .map(|f| {
+            let c = col(format!("pg_class.{}", f.name()));
+            if f.name() != "relowner" {
+                return Ok(c);
+            }
+            let owner =
+                datafusion::logical_expr::cast(lit(privileges::OWNER_OID), f.data_type().clone());
+            let metadata =
+                (!f.metadata().is_empty()).then(|| FieldMetadata::from(f.metadata().clone()));
+            Ok(Expr::Alias(
+                Alias::new(
+                    when(c.clone().is_not_null(), owner).otherwise(c)?,
+                    None::<&str>,
+                    f.name(),
                 )
-                .alias(name),
-            );
+                .with_metadata(metadata),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let acl = |relation| {
+        let items: Vec<ScalarValue> = privileges::acl(relation, roles)
+            .into_iter()
+            .map(ScalarValue::from)
+            .collect();
+        lit(ScalarValue::List(ScalarValue::new_list_nullable(
+            &items,
+            &DataType::Utf8,
+        )))
+    };
+    let ours: Vec<Expr> = culprit_core::Table::ALL
+        .iter()
+        .map(|t| t.name().to_string())
+        .chain(culprit_sql::VIEWS.iter().map(|(v, _)| v.to_string()))
+        .map(lit)
+        .collect();
+    let relname = datafusion::logical_expr::cast(col("pg_class.relname"), DataType::Utf8);
+    // A relation of schema `public` (its namespace joined by oid).
+    let user_table = match &namespaces {
+        Some(_) => datafusion::logical_expr::cast(col("culprit_ns.nspname"), DataType::Utf8)
+            .eq(lit("public"))
+            .and(relname.in_list(ours, true)),
+        None => lit(false),
+    };
+    let relacl = when(user_table, acl(privileges::Relation::User))
+        .otherwise(acl(privileges::Relation::ReadOnly))?;
+    for (name, value) in [
+        ("relacl", relacl),
+        ("reloptions", Expr::Literal(ScalarValue::Null, None)),
+    ] {
+        if schema.index_of(name).is_err() {
+            columns.push(datafusion::logical_expr::cast(value, text_list.clone()).alias(name));
         }
     }
-    view("pg_class", builtin, columns)
+    let Some(namespaces) = namespaces else {
+        return view("pg_class", builtin, columns);
+    };
+    use datafusion::datasource::{provider_as_source, ViewTable};
+    use datafusion::logical_expr::{JoinType, LogicalPlanBuilder};
+    let ns = LogicalPlanBuilder::scan("culprit_ns", provider_as_source(namespaces), None)?
+        .project(vec![
+            datafusion::logical_expr::cast(col("culprit_ns.oid"), DataType::Int32).alias("oid"),
+            col("culprit_ns.nspname"),
+        ])?
+        .alias("culprit_ns")?
+        .build()?;
+    let plan = LogicalPlanBuilder::scan("pg_class", provider_as_source(builtin), None)?
+        .join_on(
+            ns,
+            JoinType::Left,
+            vec![
+                datafusion::logical_expr::cast(col("pg_class.relnamespace"), DataType::Int32)
+                    .eq(col("culprit_ns.oid")),
+            ],
+        )?
+        .project(columns)?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// `pg_roles`: the owner `culprit` and the users of the users file
+/// (`privileges::roles`), none of them superusers.
+fn roles(schema: SchemaRef, roles: &[RoleRow]) -> Result<Arc<dyn TableProvider>> {
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for field in schema.fields() {
+        let values: Vec<ScalarValue> = roles
+            .iter()
+            .map(|r| match field.name().as_str() {
+                "rolname" => ScalarValue::from(r.name.as_str()),
+                "oid" => ScalarValue::Int32(Some(r.oid)),
+                "rolcanlogin" => ScalarValue::Boolean(Some(r.role.is_some())),
+                "rolinherit" => ScalarValue::Boolean(Some(true)),
+                "rolsuper" | "rolcreaterole" | "rolcreatedb" | "rolreplication"
+                | "rolbypassrls" => ScalarValue::Boolean(Some(false)),
+                "rolconnlimit" => ScalarValue::Int32(Some(-1)),
+                "rolpassword" => ScalarValue::from("********"),
+                _ => ScalarValue::Utf8(None),
+            })
+            .collect();
+        columns.push(column(values, field.data_type())?);
+    }
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
+}
+
+/// What `information_schema.views` reads (`rewrite/mod.rs` names it so;
+/// not listed among the catalog's tables).
+pub const INFORMATION_SCHEMA_VIEWS: &str = "culprit_information_schema_views";
+
+/// `information_schema.views` as PostgreSQL has it: culprit's views
+/// (`culprit_sql::VIEWS`, schema `public`) with their definitions, none
+/// updatable. (DataFusion's lists every table, with a NULL definition.)
+fn information_schema_views() -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let names = [
+        "table_catalog",
+        "table_schema",
+        "table_name",
+        "view_definition",
+        "check_option",
+        "is_updatable",
+        "is_insertable_into",
+        "is_trigger_updatable",
+        "is_trigger_deletable",
+        "is_trigger_insertable_into",
+    ];
+    let schema = Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let columns = names
+        .iter()
+        .map(|column| {
+            let values: StringArray = culprit_sql::VIEWS
+                .iter()
+                .map(|(name, sql)| match *column {
+                    "table_catalog" => crate::compat::DATABASE.to_string(),
+                    "table_schema" => "public".to_string(),
+                    "table_name" => name.to_string(),
+                    "view_definition" => sql.to_string(),
+                    "check_option" => "NONE".to_string(),
+                    _ => "NO".to_string(),
+                })
+                .map(Some)
+                .collect();
+            Arc::new(values) as ArrayRef
+        })
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
 }
 
 /// `pg_views`: culprit's views (`culprit_sql::VIEWS`) with their
@@ -456,7 +618,11 @@ impl TableProvider for Proc {
 /// The sessions of the server (`sessions.rs`).
 const STAT_ACTIVITY: &str = "pg_stat_activity";
 
-pub fn register(ctx: &SessionContext, sessions: &crate::sessions::Sessions) -> Result<()> {
+pub fn register(
+    ctx: &SessionContext,
+    sessions: &crate::sessions::Sessions,
+    roles: Vec<RoleRow>,
+) -> Result<()> {
     let catalog = ctx
         .catalog("datafusion")
         .ok_or_else(|| DataFusionError::Plan("no catalog datafusion".into()))?;
@@ -467,6 +633,7 @@ pub fn register(ctx: &SessionContext, sessions: &crate::sessions::Sessions) -> R
                 Arc::new(Catalog {
                     inner,
                     sessions: sessions.clone(),
+                    roles: Arc::new(roles),
                 }),
             )?;
         }

@@ -266,6 +266,46 @@ fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
     ));
 }
 
+/// `culprit_oid_array(text)`: an oid array kept as text (`{1,2}` or
+/// `[1, 2]`) as `int8[]`; NULL in, NULL out.
+fn oid_list(ctx: &SessionContext, name: &'static str) {
+    use datafusion::arrow::array::{Int64Builder, ListBuilder};
+    use datafusion::arrow::datatypes::Field;
+    ctx.register_udf(create_udf(
+        name,
+        vec![DataType::Utf8],
+        DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))),
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let arr = args[0].to_array(1)?;
+            let text = arr.as_string::<i32>();
+            let mut b = ListBuilder::new(Int64Builder::new());
+            for i in 0..text.len() {
+                if text.is_null(i) {
+                    b.append(false);
+                    continue;
+                }
+                for x in items(text.value(i)) {
+                    let oid = x.parse::<i64>().map_err(|_| {
+                        datafusion::error::DataFusionError::Execution(format!(
+                            "{name}: '{x}' is not an oid"
+                        ))
+                    })?;
+                    b.values().append_value(oid);
+                }
+                b.append(true);
+            }
+            let out: ArrayRef = Arc::new(b.finish());
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(out),
+            })
+        }),
+    ));
+}
+
 /// `information_schema._pg_expandarray(a)`: PostgreSQL's set of `(x, n)`
 /// rows, an array's elements with their positions, which pgjdbc's key and
 /// index calls (`getPrimaryKeys`, `getIndexInfo`, `getBestRowIdentifier`)
@@ -358,6 +398,7 @@ pub fn register(ctx: &SessionContext) {
         items(t).iter().map(|o| type_name(o)).collect()
     });
     text_list(ctx, "culprit_text_array", items);
+    oid_list(ctx, "culprit_oid_array");
     by_name(ctx, "culprit_regtype_name", |o| Some(type_name(o)));
     ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
         JsonBuildObject::new(),

@@ -16,6 +16,7 @@ mod oid_types;
 mod parameters;
 mod pipeline;
 mod policy;
+mod privileges;
 pub use policy::Gate;
 mod protocol;
 pub mod reports;
@@ -46,9 +47,13 @@ pub use handlers::CulpritHandlers;
 /// Adds what PostgreSQL clients look for (pg_catalog, `current_schema()`,
 /// ...) to a culprit session. The session's default catalog must be
 /// `datafusion`.
-pub fn prepare_session(ctx: &SessionContext, sessions: &sessions::Sessions) -> std::io::Result<()> {
-    // No roles in the catalog (`pg_roles` is empty): culprit's users are
-    // its users file, not PostgreSQL roles. Not `Arc<AuthManager>`: the
+pub fn prepare_session(
+    ctx: &SessionContext,
+    sessions: &sessions::Sessions,
+    users: Option<&Users>,
+) -> std::io::Result<()> {
+    // Roles are culprit's (`catalog.rs` lists them in `pg_roles`), not the
+    // pg_catalog crate's context provider's. Not `Arc<AuthManager>`: the
     // catalog's provider for an `Arc` calls itself forever, and a read of
     // pg_roles overflowed the stack and aborted the server
     // (tests/e2e/bi_tools.rs).
@@ -56,7 +61,7 @@ pub fn prepare_session(ctx: &SessionContext, sessions: &sessions::Sessions) -> s
         .map_err(|e| std::io::Error::other(format!("cannot set up pg_catalog: {e}")))?;
     compat::register(ctx);
     // After compat's: culprit's functions in pg_proc, and their signatures.
-    catalog::register(ctx, sessions)
+    catalog::register(ctx, sessions, privileges::roles(users))
         .map_err(|e| std::io::Error::other(format!("cannot set up pg_proc: {e}")))?;
     Ok(())
 }
@@ -175,8 +180,15 @@ impl Server {
         // at the first client.
         let engine = Arc::new(culprit_sql::Engine::new(store.clone()));
         let sessions = sessions::Sessions::default();
-        session(store.clone(), engine.clone(), opts.query_memory, &sessions).await?;
         let users = opts.users.map(Arc::new);
+        session(
+            store.clone(),
+            engine.clone(),
+            opts.query_memory,
+            &sessions,
+            users.as_deref(),
+        )
+        .await?;
         Ok(Server {
             listener,
             store,
@@ -237,7 +249,8 @@ impl Server {
                         let tls = self.tls.clone();
                         connections.spawn(async move {
                             let store_for_session = store.clone();
-                            let ctx = match session(store, engine, memory, &shared.sessions).await {
+                            let users = shared.users.as_deref();
+                            let ctx = match session(store, engine, memory, &shared.sessions, users).await {
                                 Ok(ctx) => ctx,
                                 Err(e) => {
                                     log::warn!("connection from {peer}: {e}");
@@ -266,10 +279,11 @@ async fn session(
     engine: Arc<culprit_sql::Engine>,
     memory: Option<usize>,
     sessions: &sessions::Sessions,
+    users: Option<&Users>,
 ) -> std::io::Result<SessionContext> {
     let ctx = culprit_sql::session_with(store, engine, culprit_sql::default_config(), memory)
         .await
         .map_err(|e| io_err(format!("cannot open the SQL session: {e}")))?;
-    prepare_session(&ctx, sessions)?;
+    prepare_session(&ctx, sessions, users)?;
     Ok(ctx)
 }

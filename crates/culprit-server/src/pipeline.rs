@@ -405,14 +405,17 @@ impl Pipeline {
         Some(cursor.fields(options))
     }
 
-    /// Plans a tree, after the catalog rewrites of known clients, with the
-    /// store's user tables as they are now; oid columns are described as
-    /// PostgreSQL describes them (`oid_types.rs`).
+    /// Plans a tree, its unnamed result columns named as PostgreSQL names
+    /// them (`rewrite/column_names.rs`), after the catalog rewrites of known
+    /// clients, with the store's user tables as they are now; oid columns
+    /// are described as PostgreSQL describes them (`oid_types.rs`).
     async fn plan(&self, tree: &Statement) -> PgWireResult<LogicalPlan> {
         user_tables::sync(&self.ctx, &self.store)
             .await
             .map_err(api_error)?;
-        let statement = crate::rewrite::catalog_query(tree).unwrap_or_else(|| tree.clone());
+        let mut named = tree.clone();
+        crate::rewrite::postgres_names(&mut named);
+        let statement = crate::rewrite::catalog_query(&named).unwrap_or(named);
         let plan = self
             .ctx
             .state()

@@ -384,6 +384,11 @@ impl Gate {
         }
     }
 
+    /// The users file, if the server has one.
+    pub fn users(&self) -> Option<std::sync::Arc<Users>> {
+        self.users.clone()
+    }
+
     /// The role of a connection's user: as in the users file, `read`
     /// without one.
     pub fn role(&self, user: &str) -> Role {

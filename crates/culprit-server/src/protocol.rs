@@ -126,7 +126,9 @@ impl Queries {
         let (pid, _) = client.pid_and_secret_key();
         if self.started.swap(pid, Ordering::SeqCst) == 0 {
             let ctx = self.pipeline.session();
-            self.sessions.register_functions(ctx, client, &self.running);
+            let users = self.gate.users();
+            self.sessions
+                .register_functions(ctx, client, &self.running, users);
             crate::hooks::apply_startup_options(ctx, client);
         }
     }
@@ -189,8 +191,16 @@ impl SimpleQueryHandler for Queries {
         client.set_state(PgWireConnectionState::QueryInProgress);
         self.statement_starts(client, &query.query)?;
         let result = self.run_text(client, &query.query).await;
+        // Idle before the client may go on (`pg_stat_activity` read from
+        // another connection right after must not see it active).
         self.sessions.statement_ends(client);
-        result
+        result?;
+        // COPY FROM STDIN answers ReadyForQuery when its data ends.
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            send_ready_for_query(client, client.transaction_status()).await?;
+        }
+        Ok(())
     }
 
     /// Not used: [`Self::on_query`] runs each statement itself.
@@ -210,7 +220,7 @@ impl SimpleQueryHandler for Queries {
 
 impl Queries {
     /// The statements of one query text, each answered before the next
-    /// (`SimpleQueryHandler::on_query`).
+    /// (`SimpleQueryHandler::on_query`, which then sends ReadyForQuery).
     async fn run_text<C>(&self, client: &mut C, text: &str) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -262,11 +272,6 @@ impl Queries {
                     client.set_state(PgWireConnectionState::CopyInProgress(false));
                 }
             }
-        }
-        // COPY FROM STDIN answers ReadyForQuery when its data ends.
-        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
-            client.set_state(PgWireConnectionState::ReadyForQuery);
-            send_ready_for_query(client, client.transaction_status()).await?;
         }
         Ok(())
     }

@@ -199,12 +199,14 @@ impl Sessions {
     /// The functions of the session of `client` on `ctx`:
     /// `pg_backend_pid()`, `pg_cancel_backend(pid)`,
     /// `pg_terminate_backend(pid)`, and `session_user` / `current_user` as
-    /// the user it logged in as.
+    /// the user it logged in as; the privilege functions by its role
+    /// (`privileges.rs`).
     pub fn register_functions<C: ClientInfo + ?Sized>(
         &self,
         ctx: &SessionContext,
         client: &C,
         running: &Running,
+        users: Option<Arc<crate::auth::Users>>,
     ) {
         let (pid, _) = client.pid_and_secret_key();
         let user = client
@@ -212,6 +214,14 @@ impl Sessions {
             .get(METADATA_USER)
             .cloned()
             .unwrap_or_default();
+        crate::privileges::register(
+            ctx,
+            crate::privileges::Context {
+                user: user.clone(),
+                users: users.clone(),
+                catalogs: ctx.state().catalog_list().clone(),
+            },
+        );
         ctx.register_udf(create_udf(
             "pg_backend_pid",
             vec![],

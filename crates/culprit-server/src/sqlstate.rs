@@ -47,6 +47,9 @@ pub const PROTOCOL_VIOLATION: &str = "08P01";
 pub const TOO_MANY_CONNECTIONS: &str = "53300";
 pub const INVALID_AUTHORIZATION_SPECIFICATION: &str = "28000";
 pub const INVALID_PASSWORD: &str = "28P01";
+/// The privilege functions (`privileges.rs`).
+pub const UNDEFINED_OBJECT: &str = "42704";
+pub const INVALID_SCHEMA_NAME: &str = "3F000";
 
 /// The SQLSTATE and message for a DataFusion error.
 pub fn classify(e: &DataFusionError) -> (&'static str, String) {
@@ -171,7 +174,7 @@ fn plan_code(m: &str) -> &'static str {
         // DataFusion's own argument checks of its functions (text only).
         INVALID_PARAMETER_VALUE
     } else if lower.contains("schema") && lower.contains("not found") {
-        "3F000"
+        INVALID_SCHEMA_NAME
     } else {
         SYNTAX_OR_ACCESS_RULE
     }

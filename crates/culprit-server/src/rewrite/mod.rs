@@ -11,6 +11,7 @@
 //! All run in one walk of the tree, each expression after its parts.
 
 mod ast;
+mod column_names;
 pub mod grafana;
 mod pgcli;
 mod pgjdbc;
@@ -32,11 +33,26 @@ impl VisitorMut for Rules {
 
     /// culprit's own catalog tables (`catalog.rs`) are found unqualified,
     /// as PostgreSQL finds them on its path: `pg_stat_activity`.
+    /// `information_schema.views` is culprit's (DataFusion's lists every
+    /// table as a view): `pg_catalog.culprit_information_schema_views`.
     fn pre_visit_relation(
         &mut self,
         r: &mut datafusion::sql::sqlparser::ast::ObjectName,
     ) -> ControlFlow<()> {
         use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart};
+        if let [ObjectNamePart::Identifier(s), ObjectNamePart::Identifier(t)] = r.0.as_slice() {
+            if s.value.eq_ignore_ascii_case("information_schema")
+                && t.value.eq_ignore_ascii_case("views")
+            {
+                *r = ObjectName(vec![
+                    ObjectNamePart::Identifier(Ident::new("pg_catalog")),
+                    ObjectNamePart::Identifier(Ident::new(
+                        crate::catalog::INFORMATION_SCHEMA_VIEWS,
+                    )),
+                ]);
+                self.changed = true;
+            }
+        }
         if let [ObjectNamePart::Identifier(t)] = r.0.as_slice() {
             if t.value.eq_ignore_ascii_case("pg_stat_activity") {
                 *r = ObjectName(vec![
@@ -50,10 +66,11 @@ impl VisitorMut for Rules {
     }
 
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
-        pgcli::keep_names(q);
         sqlalchemy::keep_function_names(q);
-        self.changed |=
-            grafana::rewrite_query(q) | pgjdbc::unique_names(q) | psqlodbc::series_in_projection(q);
+        self.changed |= pgcli::keep_names(q)
+            | grafana::rewrite_query(q)
+            | pgjdbc::unique_names(q)
+            | psqlodbc::series_in_projection(q);
         ControlFlow::Continue(())
     }
 
@@ -72,6 +89,8 @@ impl VisitorMut for Rules {
         ControlFlow::Continue(())
     }
 }
+
+pub use column_names::postgres_names;
 
 /// A catalog statement rewritten for DataFusion; `None` when there is
 /// nothing to change.
@@ -194,6 +213,20 @@ mod tests {
         assert_eq!(
             rw("SELECT p.proargnames, prorettype::regtype::text FROM pg_catalog.pg_proc p"),
             "SELECT culprit_text_array(p.proargnames) AS proargnames, culprit_regtype_name(CAST(prorettype AS TEXT)) FROM pg_catalog.pg_proc p"
+        );
+    }
+
+    /// pgjdbc's `getFunctionColumns` reads `proallargtypes` as an array of
+    /// longs; pgcli casts it to type names.
+    #[test]
+    fn pgjdbc_all_argument_types() {
+        assert_eq!(
+            rw("SELECT p.proargmodes, p.proallargtypes, p.oid FROM pg_catalog.pg_proc p"),
+            "SELECT culprit_text_array(p.proargmodes) AS proargmodes, culprit_oid_array(p.proallargtypes) AS proallargtypes, p.oid FROM pg_catalog.pg_proc p"
+        );
+        assert_eq!(
+            rw("SELECT p.proallargtypes::regtype[] FROM pg_catalog.pg_proc p"),
+            "SELECT culprit_regtype_names(p.proallargtypes) FROM pg_catalog.pg_proc p"
         );
     }
 }

@@ -7,7 +7,11 @@
 //!   `culprit_regtype_names(col)`, the array of type names;
 //! - `prorettype::regtype::text` ->
 //!   `culprit_regtype_name(CAST(prorettype AS TEXT))`, the type's name;
-//! - `proargnames`, `proargmodes` -> `culprit_text_array(col)`, the array.
+//! - `proargnames`, `proargmodes` -> `culprit_text_array(col)`, the array;
+//! - a bare `proallargtypes` in a projection (pgjdbc's `getFunctionColumns`
+//!   reads it with `getArray` as `Long[]`) -> `culprit_oid_array(col) AS
+//!   proallargtypes`, an `int8[]` (PostgreSQL's `oid[]`, which pgjdbc also
+//!   reads as longs).
 
 use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr};
 
@@ -54,11 +58,14 @@ pub(super) fn rewrite_expr(e: &mut Expr) -> bool {
 /// A bare `proargnames` or `proargmodes` in a projection keeps its name
 /// once [`rewrite_expr`] wraps it (pgjdbc's `getFunctionColumns` reads the
 /// column `proargnames` by name): it gets itself as alias, before its
-/// expression is rewritten. Changes no value.
-pub(super) fn keep_names(q: &mut Query) {
+/// expression is rewritten. A bare `proallargtypes` becomes its array here
+/// (inside a cast, [`rewrite_expr`] turns it into type names). Returns
+/// whether the query changed.
+pub(super) fn keep_names(q: &mut Query) -> bool {
     let SetExpr::Select(select) = q.body.as_mut() else {
-        return;
+        return false;
     };
+    let mut changed = false;
     for item in select.projection.iter_mut() {
         if let SelectItem::UnnamedExpr(e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_))) =
             item
@@ -69,7 +76,14 @@ pub(super) fn keep_names(q: &mut Query) {
                     expr: e.clone(),
                     alias: Ident::new(name),
                 };
+            } else if name == "proallargtypes" {
+                *item = SelectItem::ExprWithAlias {
+                    expr: call("culprit_oid_array", vec![e.clone()]),
+                    alias: Ident::new(name),
+                };
+                changed = true;
             }
         }
     }
+    changed
 }
