@@ -51,6 +51,10 @@ pub fn clip(s: Micros, e: Micros, from: Micros, to: Micros) -> Option<(Micros, M
 
 /// One row in the sweep. Rates are per microsecond.
 struct Row {
+    /// Local id of the row's task: a victim's blocked time is never split
+    /// over rows of its own task (method.md section 5: the consumers are the
+    /// other tasks).
+    task: u32,
     /// Local id of the row's stage (as a consumer).
     stage: u32,
     /// Local id of the row's (stage, detail) (as a victim).
@@ -124,6 +128,7 @@ pub fn sweep_group(
     mode: Attribution,
 ) -> Cells {
     let Group {
+        tasks,
         mut sweep,
         mut events,
         stages,
@@ -146,7 +151,7 @@ pub fn sweep_group(
     let host_rates = host_events(host_rows, windows.whole(), base, &mut events);
     events.sort_unstable_by_key(|e| e.0);
 
-    let mut state = Settlement::new(keys.len(), stages.len(), sweep.len());
+    let mut state = Settlement::new(keys.len(), stages.len(), tasks, sweep.len());
     let mut hosts: Vec<u32> = Vec::new();
     let mut prev = events.first().map_or(0, |e| e.0);
     for &(t, ev) in &events {
@@ -175,6 +180,8 @@ pub fn sweep_group(
 /// bounds), with local dense ids for stages and (stage, detail, window)
 /// keys, so that the hot loop indexes vectors instead of hashing.
 struct Group {
+    /// The number of local task ids.
+    tasks: usize,
     sweep: Vec<Row>,
     /// (time, row index << 1 | is_end)
     events: Vec<(Micros, u32)>,
@@ -196,6 +203,7 @@ impl Group {
         mode: Attribution,
     ) -> Group {
         let mut g = Group {
+            tasks: 0,
             sweep: Vec::new(),
             events: Vec::new(),
             stages: Vec::new(),
@@ -203,11 +211,12 @@ impl Group {
             gc_by_key: Vec::new(),
         };
         let mut stage_ids: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut task_ids: FxHashMap<u32, u32> = FxHashMap::default();
         let mut key_ids: FxHashMap<(u32, u32, u32), u32> = FxHashMap::default();
         // The local ids of the last (task, detail, window) seen: rows come
         // grouped by task.
         let mut last = (u32::MAX, u32::MAX, u32::MAX);
-        let mut last_ids = (0u32, 0u32);
+        let mut last_ids = (0u32, 0u32, 0u32);
         for row in rows.iter().flat_map(|r| r.iter()) {
             let len = (row.end - row.start) as f64;
             if len <= 0.0 {
@@ -240,8 +249,10 @@ impl Group {
                         g.gc_by_key.push(0.0);
                         g.keys.len() as u32 - 1
                     });
+                    let n = task_ids.len() as u32;
+                    let tk = *task_ids.entry(row.task).or_insert(n);
                     last = (row.task, row.detail, w);
-                    last_ids = (st, k);
+                    last_ids = (st, k, tk);
                 }
                 if gc_rate > 0.0 {
                     g.gc_by_key[last_ids.1 as usize] += gc_rate * (e - s) as f64;
@@ -251,6 +262,7 @@ impl Group {
                 }
                 let i = g.sweep.len() as u32;
                 g.sweep.push(Row {
+                    task: last_ids.2,
                     stage: last_ids.0,
                     key: last_ids.1,
                     a,
@@ -271,6 +283,7 @@ impl Group {
                 g.events.push((e, (i << 1) | 1));
             }
         }
+        g.tasks = task_ids.len();
         g
     }
 }
@@ -355,11 +368,17 @@ struct Settlement {
     key_slots: SlotSet,
     stage_slots: SlotSet,
     acc: Vec<Vec<f64>>,
+    /// Per local task: its active consumer rows and the units per
+    /// microsecond they acquire (left out of its own victims' split).
+    task_rows: Vec<u32>,
+    task_a: Vec<f64>,
 }
 
 impl Settlement {
-    fn new(keys: usize, stages: usize, rows: usize) -> Settlement {
+    fn new(keys: usize, stages: usize, tasks: usize, rows: usize) -> Settlement {
         Settlement {
+            task_rows: vec![0; tasks],
+            task_a: vec![0.0; tasks],
             active: ActiveSet::new(rows),
             victims: ActiveSet::new(rows),
             pairs: vec![Vec::new(); keys],
@@ -385,7 +404,9 @@ impl Settlement {
             let r = &mut sweep[v as usize];
             match mode {
                 Attribution::Window => {
-                    let d = total - r.a + external + unknown;
+                    // Every consumer but the victim's own task.
+                    let own = self.task_a[r.task as usize];
+                    let d = (total - own).max(0.0) + external + unknown;
                     if d <= scale {
                         r.unk += r.rest * dt; // nobody else acquired anything
                     } else {
@@ -419,7 +440,7 @@ impl Settlement {
     /// `Phi` (subtracted now, added back when settled).
     fn open(&mut self, sweep: &[Row], x: u32) {
         let xr = &sweep[x as usize];
-        let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
+        let (xa, xstage, xkey, xvictim, xtask) = (xr.a, xr.stage, xr.key, xr.victim, xr.task);
         if xvictim {
             self.key_rows[xkey as usize] += 1;
             if self.key_rows[xkey as usize] == 1 {
@@ -445,9 +466,11 @@ impl Settlement {
             } else {
                 self.stage_slots.slot[xstage as usize] as usize
             };
+            self.task_rows[xtask as usize] += 1;
+            self.task_a[xtask as usize] += xa;
             for &v in &self.victims.items {
                 let r = &sweep[v as usize];
-                if r.phi != 0.0 {
+                if r.phi != 0.0 && r.task != xtask {
                     self.acc[self.key_slots.slot[r.key as usize] as usize][ss] -= xa * r.phi;
                 }
             }
@@ -463,13 +486,13 @@ impl Settlement {
     /// or stage with no active row left moves its shares to `pairs`.
     fn close(&mut self, sweep: &[Row], x: u32, mode: Attribution) {
         let xr = &sweep[x as usize];
-        let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
+        let (xa, xstage, xkey, xvictim, xtask) = (xr.a, xr.stage, xr.key, xr.victim, xr.task);
         if xvictim {
             let (phi, ks) = (xr.phi, self.key_slots.slot[xkey as usize] as usize);
             let row = &mut self.acc[ks];
             for &c in &self.active.items {
                 let cr = &sweep[c as usize];
-                if c != x && cr.a > 0.0 {
+                if cr.task != xtask && cr.a > 0.0 {
                     row[self.stage_slots.slot[cr.stage as usize] as usize] += cr.a * phi;
                 }
             }
@@ -488,9 +511,17 @@ impl Settlement {
         }
         if xa > 0.0 {
             let ss = self.stage_slots.slot[xstage as usize] as usize;
+            let t = xtask as usize;
+            self.task_rows[t] -= 1;
+            // Exactly zero once the task has no active row (no drift).
+            self.task_a[t] = if self.task_rows[t] == 0 {
+                0.0
+            } else {
+                self.task_a[t] - xa
+            };
             for &v in &self.victims.items {
-                if v != x {
-                    let r = &sweep[v as usize];
+                let r = &sweep[v as usize];
+                if r.task != xtask {
                     self.acc[self.key_slots.slot[r.key as usize] as usize][ss] += xa * r.phi;
                 }
             }

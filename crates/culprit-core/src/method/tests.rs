@@ -328,7 +328,9 @@ fn build(tasks: &[RandTask], split: bool, host_rows: bool) -> Dataset {
             Some(launch - t.wait as i64 * S),
             Totals::default(),
         );
-        for &(r, s, l, acq, pct) in &t.rows {
+        for (j, &(r, s, l, acq, pct)) in t.rows.iter().enumerate() {
+            // Rows of one task may overlap; some carry a detail.
+            let detail = ["", "d"][j % 2];
             let len = finish - launch;
             let a = launch + len * (s as i64 % 10) / 10;
             let b = (a + len * l as i64 / 10).min(finish);
@@ -341,11 +343,11 @@ fn build(tasks: &[RandTask], split: bool, host_rows: bool) -> Dataset {
             if split {
                 let m = a + (b - a) / 3;
                 let f = (m - a) as f64 / (b - a) as f64;
-                ds.add_window(id, res, "", a, m, blocked * f, acq as f64 * f, gc * f);
+                ds.add_window(id, res, detail, a, m, blocked * f, acq as f64 * f, gc * f);
                 let g = 1.0 - f;
-                ds.add_window(id, res, "", m, b, blocked * g, acq as f64 * g, gc * g);
+                ds.add_window(id, res, detail, m, b, blocked * g, acq as f64 * g, gc * g);
             } else {
-                ds.add_window(id, res, "", a, b, blocked, acq as f64, gc);
+                ds.add_window(id, res, detail, a, b, blocked, acq as f64, gc);
             }
         }
     }
@@ -483,9 +485,14 @@ fn slots_brute_force(ds: &Dataset, caps: &[(i64, i64, f64)]) -> FxHashMap<(u32, 
     out
 }
 
-/// One (host, resource) by brute force (method.md section 5): every
-/// elementary window, each victim row's blocked seconds split over the other
-/// rows by acquired, external and unknown; GC first, whole.
+/// One (host, resource) by brute force, written from method.md section 5
+/// (not from the sweep): in every elementary window, each victim task's
+/// blocked seconds (GC first, whole, to `gc`) are split over the consumer
+/// stages in proportion to `RA(cs, k)`, the units their tasks *other than
+/// the victim task* acquired there (any detail), beside `external`
+/// (measured use minus all tasks' units) and `unknown` (capacity minus the
+/// larger of the measured use and all tasks' units); all to `unknown` when
+/// nobody else acquired anything.
 fn group_brute_force(ds: &Dataset, g: usize) -> FxHashMap<(u32, u32), f64> {
     let rows = &ds.windows[g];
     let hrows = &ds.host_rows[g];
@@ -495,6 +502,7 @@ fn group_brute_force(ds: &Dataset, g: usize) -> FxHashMap<(u32, u32), f64> {
     times.sort_unstable();
     times.dedup();
     let mut out: FxHashMap<(u32, u32), f64> = FxHashMap::default();
+    let secs = |r: &model::WindowRow, x: f64, dt: f64| x * dt / (r.end - r.start) as f64;
     for w in times.windows(2) {
         let (a, b) = (w[0], w[1]);
         let dt = (b - a) as f64;
@@ -502,8 +510,12 @@ fn group_brute_force(ds: &Dataset, g: usize) -> FxHashMap<(u32, u32), f64> {
             .iter()
             .filter(|r| r.start <= a && b <= r.end && r.end > r.start)
             .collect();
-        let rate = |r: &model::WindowRow, x: f64| x / (r.end - r.start) as f64;
-        let total: f64 = act.iter().map(|r| rate(r, r.acquired)).sum();
+        // Units acquired in the window, per task (all its rows, any detail).
+        let mut by_task: FxHashMap<u32, (u32, f64)> = FxHashMap::default();
+        for r in &act {
+            by_task.entry(r.task).or_insert((r.stage, 0.0)).1 += secs(r, r.acquired, dt);
+        }
+        let all: f64 = by_task.values().map(|x| x.1).sum();
         let hs: Vec<&HostRow> = hrows
             .iter()
             .filter(|h| h.start <= a && b <= h.end)
@@ -511,38 +523,42 @@ fn group_brute_force(ds: &Dataset, g: usize) -> FxHashMap<(u32, u32), f64> {
         let cap = hs
             .iter()
             .filter_map(|h| h.capacity)
-            .map(|c| c / 1e6)
+            .map(|c| c * dt / 1e6)
             .reduce(|x, y| x + y);
         let used = hs
             .iter()
-            .filter_map(|h| h.used.map(|u| u / (h.end - h.start) as f64))
+            .filter_map(|h| h.used.map(|u| u * dt / (h.end - h.start) as f64))
             .reduce(|x, y| x + y);
-        let ext = used.map_or(0.0, |u| (u - total).max(0.0));
-        let unk = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(total)).max(0.0));
-        for (i, v) in act.iter().enumerate() {
-            let (bl, gc) = (rate(v, v.blocked), rate(v, v.gc()));
-            let rest = if cpu && gc > 0.0 {
-                *out.entry((v.stage, sweep::GC)).or_default() += gc * dt;
-                bl.max(gc) - gc
+        let ext = used.map_or(0.0, |u| (u - all).max(0.0));
+        let unk = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(all)).max(0.0));
+        for v in &act {
+            let (wt, gc) = (secs(v, v.blocked, dt), secs(v, v.gc(), dt));
+            let wt = if cpu && gc > 0.0 {
+                *out.entry((v.stage, sweep::GC)).or_default() += gc;
+                wt.max(gc) - gc
             } else {
-                bl
+                wt
             };
-            if rest <= 0.0 {
+            if wt <= 0.0 {
                 continue;
             }
-            let d = total - rate(v, v.acquired) + ext + unk;
-            if d <= (total + ext + unk) * 1e-12 {
-                *out.entry((v.stage, sweep::UNKNOWN)).or_default() += rest * dt;
-                continue;
-            }
-            for (j, c) in act.iter().enumerate() {
-                if i != j && c.acquired > 0.0 {
-                    *out.entry((v.stage, c.stage)).or_default() +=
-                        rest * rate(c, c.acquired) / d * dt;
+            // RA(cs, k) over the other tasks.
+            let mut ra: FxHashMap<u32, f64> = FxHashMap::default();
+            for (&t, &(stage, units)) in &by_task {
+                if t != v.task && units > 0.0 {
+                    *ra.entry(stage).or_default() += units;
                 }
             }
-            *out.entry((v.stage, sweep::EXTERNAL)).or_default() += rest * ext / d * dt;
-            *out.entry((v.stage, sweep::UNKNOWN)).or_default() += rest * unk / d * dt;
+            let d = ra.values().sum::<f64>() + ext + unk;
+            if d <= (all + ext + unk) * 1e-12 {
+                *out.entry((v.stage, sweep::UNKNOWN)).or_default() += wt;
+                continue;
+            }
+            for (cs, units) in ra {
+                *out.entry((v.stage, cs)).or_default() += wt * units / d;
+            }
+            *out.entry((v.stage, sweep::EXTERNAL)).or_default() += wt * ext / d;
+            *out.entry((v.stage, sweep::UNKNOWN)).or_default() += wt * unk / d;
         }
     }
     out.retain(|_, v| *v > 1e-12);
@@ -767,4 +783,53 @@ fn level4_nodes_are_32_bytes() {
         (e.culprit(), e.via(), e.seconds),
         (Culprit::Stage(4), None, 0.5)
     );
+}
+
+/// A victim task is never its own culprit (method.md section 5: the
+/// consumers are the *other* tasks): its other rows for the same resource
+/// (another detail, or overlapping rows) are not consumers. Hand-computed:
+/// victim task v reads 30 B (detail `a`, blocked 0.5 s) and 60 B (detail
+/// `b`) in one 1-s window, task c of query C reads 30 B: all 0.5 s to C.
+/// With capacity 240 B/s, unknown = 240 - 120 = 120 B/s, so C gets
+/// 0.5 * 30 / 150 = 0.1 s and unknown 0.4 s.
+#[test]
+fn victim_task_never_blames_itself() {
+    for capacity in [None, Some(240.0)] {
+        let mut ds = Dataset::new();
+        let v = ds.add_task("v", "V", "0", "h", 0, S, None, Totals::default());
+        let c = ds.add_task("c", "C", "0", "h", 0, S, None, Totals::default());
+        ds.add_window(v, Resource::DiskRead, "a", 0, S, 0.5, 30.0, 0.0);
+        ds.add_window(v, Resource::DiskRead, "b", 0, S, 0.0, 60.0, 0.0);
+        // An overlapping row of the same task and detail, half the window.
+        ds.add_window(v, Resource::DiskRead, "a", 0, S / 2, 0.0, 0.0, 0.0);
+        ds.add_window(c, Resource::DiskRead, "", 0, S, 0.0, 30.0, 0.0);
+        if capacity.is_some() {
+            ds.add_host_row(
+                "h",
+                Resource::DiskRead,
+                HostRow {
+                    start: 0,
+                    end: S,
+                    capacity,
+                    used: None,
+                },
+            );
+        }
+        for attribution in [Attribution::Window, Attribution::Paper] {
+            let opts = BlameOptions {
+                attribution,
+                ..all_stages(&["V"])
+            };
+            let (_, entries) = blame(&ds, &opts).unwrap();
+            let m = by_culprit(&ds, &entries);
+            assert!(!m.contains_key("V"), "{attribution:?} {capacity:?}: {m:?}");
+            let (want_c, want_unknown) = match capacity {
+                None => (0.5, 0.0),
+                Some(_) => (0.1, 0.4),
+            };
+            assert!(close(m["C"], want_c), "{attribution:?} {capacity:?}: {m:?}");
+            let unknown = m.get("unknown").copied().unwrap_or(0.0);
+            assert!(close(unknown, want_unknown), "{attribution:?}: {m:?}");
+        }
+    }
 }
