@@ -32,7 +32,9 @@ pub const UNKNOWN: u32 = u32::MAX - 2;
 pub enum Attribution {
     /// The conserving per-window split (the default).
     Window,
-    /// The paper's aggregate form, `BC4 = BC3 * beta_cs / sum beta` (000 eq. 9-10).
+    /// The paper's aggregate form, `BC4 = BC3 * beta_cs / sum beta` (000 eq.
+    /// 9-10); blocked time where the victim acquired nothing (slot waits,
+    /// GC pauses) has no beta and goes to `unknown`.
     Paper,
 }
 
@@ -136,10 +138,16 @@ pub fn sweep_group(
         gc_by_key,
     } = Group::collect(ds, resource, rows, victim, windows, mode);
     let mut cells = Cells::default();
+    // GC seconds go to `gc` whole, first (section 5); in the paper form a GC
+    // pause is a window where the victim acquired nothing: no beta, `unknown`.
+    let gc_to = match mode {
+        Attribution::Window => GC,
+        Attribution::Paper => UNKNOWN,
+    };
     for (k, &g) in gc_by_key.iter().enumerate() {
         if g > 0.0 {
             let (vs, d, w) = keys[k];
-            cells.insert((w, vs, d, GC), g);
+            cells.insert((w, vs, d, gc_to), g);
         }
     }
     if !sweep.iter().any(|r| r.victim) {

@@ -833,3 +833,36 @@ fn victim_task_never_blames_itself() {
         }
     }
 }
+
+/// The paper form (method.md section 5): windows where the victim acquired
+/// nothing, GC pauses among them, have no beta and go to `unknown`; the
+/// conserving default keeps its rule (GC whole to `gc`). Hand-computed: v's
+/// cpu row of 10 s with 1 s blocked and 3 s of GC is 3 s blocked (section
+/// 5: at least the GC time), all of it GC; u (same stage) is blocked 2 s
+/// with no GC, and v and C each acquire as much as u, so u's 2 s split 1:1.
+#[test]
+fn paper_form_gives_gc_pauses_to_unknown() {
+    let mut ds = Dataset::new();
+    let v = ds.add_task("v", "V", "0", "h", 0, 10 * S, None, Totals::default());
+    let u = ds.add_task("u", "V", "0", "h", 0, 10 * S, None, Totals::default());
+    let c = ds.add_task("c", "C", "0", "h", 0, 10 * S, None, Totals::default());
+    ds.add_window(v, Resource::Cpu, "", 0, 10 * S, 1.0, 5.0, 3.0);
+    ds.add_window(u, Resource::Cpu, "", 0, 10 * S, 2.0, 5.0, 0.0);
+    ds.add_window(c, Resource::Cpu, "", 0, 10 * S, 0.0, 5.0, 0.0);
+    let paper = BlameOptions {
+        attribution: Attribution::Paper,
+        ..all_stages(&["V"])
+    };
+    let (_, entries) = blame(&ds, &paper).unwrap();
+    let m = by_culprit(&ds, &entries);
+    assert!(!m.contains_key("gc"), "{m:?}");
+    assert!(close(m["unknown"], 3.0), "{m:?}");
+    // u's 2 s: beta over C (5 units) and v (self, 5 units), 1 s each.
+    assert!(close(m["C"], 1.0), "{m:?}");
+    assert!(close(m["V"], 1.0), "{m:?}");
+    // The conserving default: v's 3 s to gc; u's 2 s split 5:5 over v and C.
+    let (_, entries) = blame(&ds, &all_stages(&["V"])).unwrap();
+    let m = by_culprit(&ds, &entries);
+    assert!(close(m["gc"], 3.0), "{m:?}");
+    assert!(close(m["C"], 1.0) && close(m["V"], 1.0), "{m:?}");
+}
