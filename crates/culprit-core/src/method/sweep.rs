@@ -323,7 +323,8 @@ fn host_events(
 
 /// The rates in the current elementary window of what the active rows
 /// acquire, of `external` (measured use beyond the rows') and of `unknown`
-/// (capacity nobody used).
+/// (capacity nobody used). Capacity and measured use are each the largest
+/// rate of the host rows active then, never their sum.
 struct WindowRates {
     total: f64,
     external: f64,
@@ -338,14 +339,16 @@ fn window_rates(
     base: u32,
 ) -> WindowRates {
     let total: f64 = active.items.iter().map(|&i| sweep[i as usize].a).sum();
+    // Overlapping host rows describe the same machine: one value per
+    // instant, the largest any active row gives (duplicates count once).
     let (mut cap, mut used) = (None::<f64>, None::<f64>);
     for &h in hosts {
         let (c, u) = host_rates[(h - base) as usize];
         if let Some(c) = c {
-            *cap.get_or_insert(0.0) += c;
+            cap = Some(cap.map_or(c, |x| x.max(c)));
         }
         if let Some(u) = u {
-            *used.get_or_insert(0.0) += u;
+            used = Some(used.map_or(u, |x| x.max(u)));
         }
     }
     let external = used.map_or(0.0, |u| (u - total).max(0.0));
@@ -742,11 +745,14 @@ pub fn sweep_slots(
     if !events.iter().any(|e| e.1 == 1) {
         return cells;
     }
-    let caps: Vec<f64> = slot_rows
+    // (host, capacity) of each slot row; a host's capacity is the largest of
+    // its active rows (overlapping rows count once), hosts add up.
+    let caps: Vec<(usize, f64)> = slot_rows
         .iter()
-        .flat_map(|r| r.iter())
-        .map(|h| h.capacity.unwrap_or(0.0))
+        .enumerate()
+        .flat_map(|(host, r)| r.iter().map(move |h| (host, h.capacity.unwrap_or(0.0))))
         .collect();
+    let mut host_caps: Vec<Vec<f64>> = vec![Vec::new(); slot_rows.len()];
     let mut cap_rows = 0i64;
     for (i, h) in slot_rows.iter().flat_map(|r| r.iter()).enumerate() {
         if let (Some((s, e)), Some(_)) = (clip(h.start, h.end, from, to), h.capacity) {
@@ -870,7 +876,16 @@ pub fn sweep_slots(
                 }
             }
             2 => {
-                capacity += delta as f64 * caps[id as usize];
+                let (host, c) = caps[id as usize];
+                let active = &mut host_caps[host];
+                let max = |a: &[f64]| a.iter().copied().fold(0.0f64, f64::max);
+                capacity -= max(active);
+                if delta > 0 {
+                    active.push(c);
+                } else if let Some(p) = active.iter().position(|&x| x == c) {
+                    active.swap_remove(p);
+                }
+                capacity += max(active);
                 cap_rows += delta as i64;
             }
             _ => {

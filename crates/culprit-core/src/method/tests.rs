@@ -370,6 +370,18 @@ fn build(tasks: &[RandTask], split: bool, host_rows: bool) -> Dataset {
                         used: Some(40.0 * 1e5),
                     },
                 );
+                // An overlapping row (another collector): less capacity,
+                // more measured use; counted once per instant, not added.
+                ds.add_host_row(
+                    h,
+                    r,
+                    HostRow {
+                        start: 10 * S,
+                        end: 30 * S,
+                        capacity: Some(5e5),
+                        used: Some(20.0 * 3e5),
+                    },
+                );
             }
         }
     }
@@ -426,8 +438,12 @@ fn summed(ds: &Dataset, entries: &Level4) -> FxHashMap<String, f64> {
 
 /// The slot sweep by brute force: every elementary interval of the
 /// cluster, each waiting stage's count times each holding stage's count over
-/// (held + free slots), summed.
-fn slots_brute_force(ds: &Dataset, caps: &[(i64, i64, f64)]) -> FxHashMap<(u32, u32), f64> {
+/// (held + free slots), summed. Capacity: per host the largest of its rows
+/// active then, summed over hosts. `caps`: (start, end, slots, host).
+fn slots_brute_force(
+    ds: &Dataset,
+    caps: &[(i64, i64, f64, u8)],
+) -> FxHashMap<(u32, u32), f64> {
     let mut times: Vec<i64> = Vec::new();
     for t in &ds.tasks {
         times.extend([t.launch, t.finish]);
@@ -456,16 +472,16 @@ fn slots_brute_force(ds: &Dataset, caps: &[(i64, i64, f64)]) -> FxHashMap<(u32, 
                 }
             }
         }
-        let active: Vec<f64> = caps
-            .iter()
-            .filter(|c| c.0 <= a && b <= c.1)
-            .map(|c| c.2)
-            .collect();
+        let mut per_host: FxHashMap<u8, f64> = FxHashMap::default();
+        for c in caps.iter().filter(|c| c.0 <= a && b <= c.1) {
+            let x = per_host.entry(c.3).or_insert(0.0);
+            *x = x.max(c.2);
+        }
         let total: f64 = held.values().sum();
-        let free = if active.is_empty() {
+        let free = if per_host.is_empty() {
             0.0
         } else {
-            (active.iter().sum::<f64>() - total).max(0.0)
+            (per_host.values().sum::<f64>() - total).max(0.0)
         };
         let d = total + free;
         for (&vs, &w) in &wait {
@@ -492,7 +508,8 @@ fn slots_brute_force(ds: &Dataset, caps: &[(i64, i64, f64)]) -> FxHashMap<(u32, 
 /// the victim task* acquired there (any detail), beside `external`
 /// (measured use minus all tasks' units) and `unknown` (capacity minus the
 /// larger of the measured use and all tasks' units); all to `unknown` when
-/// nobody else acquired anything.
+/// nobody else acquired anything. Overlapping host rows give one value per
+/// instant, the largest (docs/method.md).
 fn group_brute_force(ds: &Dataset, g: usize) -> FxHashMap<(u32, u32), f64> {
     let rows = &ds.windows[g];
     let hrows = &ds.host_rows[g];
@@ -520,15 +537,16 @@ fn group_brute_force(ds: &Dataset, g: usize) -> FxHashMap<(u32, u32), f64> {
             .iter()
             .filter(|h| h.start <= a && b <= h.end)
             .collect();
+        // Overlapping host rows: one value per instant, the largest.
         let cap = hs
             .iter()
             .filter_map(|h| h.capacity)
             .map(|c| c * dt / 1e6)
-            .reduce(|x, y| x + y);
+            .reduce(f64::max);
         let used = hs
             .iter()
             .filter_map(|h| h.used.map(|u| u * dt / (h.end - h.start) as f64))
-            .reduce(|x, y| x + y);
+            .reduce(f64::max);
         let ext = used.map_or(0.0, |u| (u - all).max(0.0));
         let unk = cap.map_or(0.0, |c| (c - used.unwrap_or(0.0).max(all)).max(0.0));
         for v in &act {
@@ -605,15 +623,15 @@ proptest! {
     #[test]
     fn slot_sweep_matches_brute_force(
         tasks in proptest::collection::vec(rand_task(), 1..16),
-        caps in proptest::collection::vec((0u8..20, 1u8..20, 0u8..6), 0..3),
+        caps in proptest::collection::vec((0u8..20, 1u8..20, 0u8..6, 0u8..2), 0..4),
     ) {
         let mut ds = build(&tasks, false, false);
-        let caps: Vec<(i64, i64, f64)> = caps
+        let caps: Vec<(i64, i64, f64, u8)> = caps
             .iter()
-            .map(|&(s, l, c)| (s as i64 * S, (s as i64 + l as i64) * S, c as f64))
+            .map(|&(s, l, c, h)| (s as i64 * S, (s as i64 + l as i64) * S, c as f64, h))
             .collect();
-        for &(s, e, c) in &caps {
-            ds.add_host_row("h0", Resource::Slots, HostRow { start: s, end: e, capacity: Some(c), used: None });
+        for &(s, e, c, h) in &caps {
+            ds.add_host_row(&format!("h{h}"), Resource::Slots, HostRow { start: s, end: e, capacity: Some(c), used: None });
         }
         let rows: Vec<&[HostRow]> = (0..ds.hosts.len())
             .map(|h| ds.host_rows[Dataset::group(h as u32, Resource::Slots)].as_slice())
@@ -865,4 +883,71 @@ fn paper_form_gives_gc_pauses_to_unknown() {
     let m = by_culprit(&ds, &entries);
     assert!(close(m["gc"], 3.0), "{m:?}");
     assert!(close(m["C"], 1.0) && close(m["V"], 1.0), "{m:?}");
+}
+
+/// Overlapping `host_windows` rows of one host and resource describe the
+/// same machine: capacity and measured use are counted once per instant
+/// (the largest value any row gives), not added. Hand-computed: V blocked
+/// 1 s in a 1-s window reading 30 B, C reads 30 B; capacity 120 B/s and
+/// measured use 90 B, given by two identical rows and a third covering the
+/// first half with the same rates: external = 90 - 60 = 30, unknown =
+/// 120 - 90 = 30, so C, external and unknown get 1/3 s each.
+#[test]
+fn overlapping_host_rows_are_not_added() {
+    let mut ds = Dataset::new();
+    let v = ds.add_task("v", "V", "0", "h", 0, S, None, Totals::default());
+    let c = ds.add_task("c", "C", "0", "h", 0, S, None, Totals::default());
+    ds.add_window(v, Resource::DiskRead, "", 0, S, 1.0, 30.0, 0.0);
+    ds.add_window(c, Resource::DiskRead, "", 0, S, 0.0, 30.0, 0.0);
+    for (start, end, used) in [(0, S, 90.0), (0, S, 90.0), (0, S / 2, 45.0)] {
+        ds.add_host_row(
+            "h",
+            Resource::DiskRead,
+            HostRow {
+                start,
+                end,
+                capacity: Some(120.0),
+                used: Some(used),
+            },
+        );
+    }
+    let (_, entries) = blame(&ds, &all_stages(&["V"])).unwrap();
+    let m = by_culprit(&ds, &entries);
+    for k in ["C", "external", "unknown"] {
+        assert!(close(m[k], 1.0 / 3.0), "{k}: {m:?}");
+    }
+}
+
+/// Slot capacity: overlapping rows of one host count once; hosts add up.
+/// Holder H holds one slot 0..10 s, V waits 2..10 s (8 s). Host n1 gives 2
+/// slots in two identical rows: free = 2 - 1 = 1, so H 4 s, unknown 4 s.
+/// With n2 adding 2 slots: free = 3, so H 2 s, unknown 6 s.
+#[test]
+fn overlapping_slot_rows_are_not_added() {
+    for (n2, want_h) in [(false, 4.0), (true, 2.0)] {
+        let mut ds = Dataset::new();
+        ds.add_task("h", "H", "0", "n1", 0, 10 * S, None, Totals::default());
+        ds.add_task("v", "V", "0", "n1", 10 * S, 11 * S, Some(2 * S), Totals::default());
+        let slots = |ds: &mut Dataset, host: &str| {
+            ds.add_host_row(
+                host,
+                Resource::Slots,
+                HostRow {
+                    start: 0,
+                    end: 20 * S,
+                    capacity: Some(2.0),
+                    used: None,
+                },
+            )
+        };
+        slots(&mut ds, "n1");
+        slots(&mut ds, "n1");
+        if n2 {
+            slots(&mut ds, "n2");
+        }
+        let (_, entries) = blame(&ds, &all_stages(&["V"])).unwrap();
+        let m = by_culprit(&ds, &entries);
+        assert!(close(m["H"], want_h), "n2 {n2}: {m:?}");
+        assert!(close(m["unknown"], 8.0 - want_h), "n2 {n2}: {m:?}");
+    }
 }
