@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use super::beta;
 use super::model::{Dataset, HostRow, Micros, WindowRow};
 use super::series::Windows;
-use crate::Resource;
+use crate::{MethodError, Resource};
 
 /// Culprit codes beside stage ids (stage ids never reach them: a dataset
 /// has fewer than `u32::MAX - 2` stages).
@@ -128,7 +128,7 @@ pub fn sweep_group(
     victim: &[bool],
     windows: &Windows,
     mode: Attribution,
-) -> Cells {
+) -> Result<Cells, MethodError> {
     let Group {
         tasks,
         mut sweep,
@@ -136,7 +136,7 @@ pub fn sweep_group(
         stages,
         keys,
         gc_by_key,
-    } = Group::collect(ds, resource, rows, victim, windows, mode);
+    } = Group::collect(ds, resource, rows, victim, windows, mode)?;
     let mut cells = Cells::default();
     // GC seconds go to `gc` whole, first (section 5); in the paper form a GC
     // pause is a window where the victim acquired nothing: no beta, `unknown`.
@@ -152,7 +152,7 @@ pub fn sweep_group(
     }
     if !sweep.iter().any(|r| r.victim) {
         cells.retain(|_, v| *v > EPS);
-        return cells;
+        return Ok(cells);
     }
     // Host rows are events too, numbered after the sweep rows.
     let base = sweep.len() as u32;
@@ -181,7 +181,57 @@ pub fn sweep_group(
             state.open(&sweep, x);
         }
     }
-    state.into_cells(&keys, &stages, mode, cells)
+    Ok(state.into_cells(&keys, &stages, mode, cells))
+}
+
+/// Checks that a task row's values are finite numbers (NaN or infinity
+/// would be dropped by the sweep's comparisons and break conservation).
+fn check_row(ds: &Dataset, resource: Resource, row: &WindowRow) -> Result<(), MethodError> {
+    let name = || {
+        let t = &ds.tasks[row.task as usize];
+        let from = if t.has_windows {
+            "task_windows"
+        } else {
+            "tasks totals"
+        };
+        format!(
+            "task '{}', {} {from} row at {}..{} us",
+            ds.task_names()[row.task as usize],
+            resource.name(),
+            row.start,
+            row.end
+        )
+    };
+    MethodError::check_finite(row.blocked, "blocked", name)?;
+    MethodError::check_finite(row.acquired, "acquired", name)?;
+    MethodError::check_finite(row.gc(), "gc", name)
+}
+
+/// Checks that the host rows of `host` for `resource` give finite numbers.
+pub fn check_host_rows(
+    ds: &Dataset,
+    host: u32,
+    resource: Resource,
+    rows: &[HostRow],
+) -> Result<(), MethodError> {
+    for h in rows {
+        let name = || {
+            format!(
+                "host '{}', {} host_windows row at {}..{} us",
+                ds.hosts.name(host),
+                resource.name(),
+                h.start,
+                h.end
+            )
+        };
+        if let Some(c) = h.capacity {
+            MethodError::check_finite(c, "capacity", name)?;
+        }
+        if let Some(u) = h.used {
+            MethodError::check_finite(u, "used", name)?;
+        }
+    }
+    Ok(())
 }
 
 /// The rows of one group as the sweep sees them (each cut at the window
@@ -209,7 +259,7 @@ impl Group {
         victim: &[bool],
         windows: &Windows,
         mode: Attribution,
-    ) -> Group {
+    ) -> Result<Group, MethodError> {
         let mut g = Group {
             tasks: 0,
             sweep: Vec::new(),
@@ -226,6 +276,7 @@ impl Group {
         let mut last = (u32::MAX, u32::MAX, u32::MAX);
         let mut last_ids = (0u32, 0u32, 0u32);
         for row in rows.iter().flat_map(|r| r.iter()) {
+            check_row(ds, resource, row)?;
             let len = (row.end - row.start) as f64;
             if len <= 0.0 {
                 continue;
@@ -292,7 +343,7 @@ impl Group {
             }
         }
         g.tasks = task_ids.len();
-        g
+        Ok(g)
     }
 }
 
@@ -724,7 +775,10 @@ pub fn sweep_slots(
     victim: &[bool],
     windows: &Windows,
     mode: Attribution,
-) -> Cells {
+) -> Result<Cells, MethodError> {
+    for (host, rows) in slot_rows.iter().enumerate() {
+        check_host_rows(ds, host as u32, Resource::Slots, rows)?;
+    }
     let (from, to) = windows.whole();
     // (time, kind: 0 hold, 1 wait, 2 capacity, 3 window bound, delta,
     // stage, capacity row or window)
@@ -743,7 +797,7 @@ pub fn sweep_slots(
     }
     let mut cells = Cells::default();
     if !events.iter().any(|e| e.1 == 1) {
-        return cells;
+        return Ok(cells);
     }
     // (host, capacity) of each slot row; a host's capacity is the largest of
     // its active rows (overlapping rows count once), hosts add up.
@@ -933,5 +987,5 @@ pub fn sweep_slots(
         }
     }
     cells.retain(|_, v| *v > EPS);
-    cells
+    Ok(cells)
 }

@@ -603,7 +603,7 @@ proptest! {
             let got = sweep::sweep_group(
                 &ds, r, &[ds.windows[g].as_slice()], &ds.host_rows[g], &victim,
                 &Windows::one((i64::MIN, i64::MAX)), Attribution::Window,
-            );
+            ).unwrap();
             let mut got_by: FxHashMap<(u32, u32), f64> = FxHashMap::default();
             for ((_, v, _, c), x) in got {
                 *got_by.entry((v, c)).or_default() += x;
@@ -637,7 +637,7 @@ proptest! {
             .map(|h| ds.host_rows[Dataset::group(h as u32, Resource::Slots)].as_slice())
             .collect();
         let victim = vec![true; ds.stages.len()];
-        let got = sweep::sweep_slots(&ds, &rows, &victim, &Windows::one((i64::MIN, i64::MAX)), Attribution::Window);
+        let got = sweep::sweep_slots(&ds, &rows, &victim, &Windows::one((i64::MIN, i64::MAX)), Attribution::Window).unwrap();
         let want = slots_brute_force(&ds, &caps);
         let got: FxHashMap<(u32, u32), f64> = got.into_iter().map(|((_, v, _, c), x)| ((v, c), x)).collect();
         for (k, w) in &want {
@@ -949,5 +949,57 @@ fn overlapping_slot_rows_are_not_added() {
         let m = by_culprit(&ds, &entries);
         assert!(close(m["H"], want_h), "n2 {n2}: {m:?}");
         assert!(close(m["unknown"], 8.0 - want_h), "n2 {n2}: {m:?}");
+    }
+}
+
+/// NaN or infinite telemetry is an error naming the task or host and the
+/// field, never silently dropped (which broke conservation), never a panic.
+#[test]
+fn non_finite_values_are_errors_naming_the_row() {
+    let cases: [(&str, f64, &str, &str); 6] = [
+        ("blocked", f64::NAN, "task 'bad'", "blocked"),
+        ("acquired", f64::INFINITY, "task 'bad'", "acquired"),
+        ("gc", f64::NAN, "task 'bad'", "gc"),
+        ("capacity", f64::NAN, "host 'h'", "capacity"),
+        ("used", f64::NEG_INFINITY, "host 'h'", "used"),
+        ("slots", f64::NAN, "host 'h'", "capacity"),
+    ];
+    for (field, x, who, named) in cases {
+        let mut ds = Dataset::new();
+        let v = ds.add_task("v", "V", "0", "h", 0, S, Some(0), Totals::default());
+        let bad = ds.add_task("bad", "C", "0", "h", 0, S, None, Totals::default());
+        ds.add_window(v, Resource::Cpu, "", 0, S, 0.5, 1.0, 0.0);
+        let (mut b, mut a, mut g) = (0.0, 1.0, 0.0);
+        match field {
+            "blocked" => b = x,
+            "acquired" => a = x,
+            "gc" => g = x,
+            _ => {}
+        }
+        ds.add_window(bad, Resource::Cpu, "", 0, S, b, a, g);
+        let (mut cap, mut used) = (Some(4.0), Some(2.0));
+        match field {
+            "capacity" => cap = Some(x),
+            "used" => used = Some(x),
+            _ => {}
+        }
+        let r = if field == "slots" {
+            Resource::Slots
+        } else {
+            Resource::Cpu
+        };
+        ds.add_host_row(
+            "h",
+            r,
+            HostRow {
+                start: 0,
+                end: S,
+                capacity: if field == "slots" { Some(x) } else { cap },
+                used,
+            },
+        );
+        let e = blame(&ds, &all_stages(&["V"])).unwrap_err().to_string();
+        assert!(e.contains(who) && e.contains(named), "{field}: {e}");
+        assert!(e.contains("not a finite number"), "{field}: {e}");
     }
 }
