@@ -440,10 +440,7 @@ fn summed(ds: &Dataset, entries: &Level4) -> FxHashMap<String, f64> {
 /// cluster, each waiting stage's count times each holding stage's count over
 /// (held + free slots), summed. Capacity: per host the largest of its rows
 /// active then, summed over hosts. `caps`: (start, end, slots, host).
-fn slots_brute_force(
-    ds: &Dataset,
-    caps: &[(i64, i64, f64, u8)],
-) -> FxHashMap<(u32, u32), f64> {
+fn slots_brute_force(ds: &Dataset, caps: &[(i64, i64, f64, u8)]) -> FxHashMap<(u32, u32), f64> {
     let mut times: Vec<i64> = Vec::new();
     for t in &ds.tasks {
         times.extend([t.launch, t.finish]);
@@ -927,7 +924,16 @@ fn overlapping_slot_rows_are_not_added() {
     for (n2, want_h) in [(false, 4.0), (true, 2.0)] {
         let mut ds = Dataset::new();
         ds.add_task("h", "H", "0", "n1", 0, 10 * S, None, Totals::default());
-        ds.add_task("v", "V", "0", "n1", 10 * S, 11 * S, Some(2 * S), Totals::default());
+        ds.add_task(
+            "v",
+            "V",
+            "0",
+            "n1",
+            10 * S,
+            11 * S,
+            Some(2 * S),
+            Totals::default(),
+        );
         let slots = |ds: &mut Dataset, host: &str| {
             ds.add_host_row(
                 host,
@@ -1002,4 +1008,49 @@ fn non_finite_values_are_errors_naming_the_row() {
         assert!(e.contains(who) && e.contains(named), "{field}: {e}");
         assert!(e.contains("not a finite number"), "{field}: {e}");
     }
+}
+
+/// `victims().slowdown` is method.md section 3's `S = (RATP - RATP*) /
+/// RATP*`, time-weighted over the explained tasks' windows with capacity
+/// known. Hand-computed: T1 reads 30 B in 1 s, disk capacity 210 B/s (§12
+/// example 1): S = 6 over 1 s; T4 reads 210 B over 2 s there: S = 210/105
+/// - 1 = 1 over 2 s; T5, known only by its totals, reads 50 B in 1 s on h2
+/// (capacity 100 B/s): S = 1 over 1 s. Mean: (6 + 2 + 1) / 4 = 2.25.
+#[test]
+fn victim_slowdown_is_from_ratp() {
+    let mut ds = example_1();
+    let t4 = ds.add_task("T4", "V", "0", "h", S, 3 * S, None, Totals::default());
+    ds.add_window(t4, Resource::DiskRead, "", S, 3 * S, 0.0, 210.0, 0.0);
+    ds.add_host_row(
+        "h",
+        Resource::DiskRead,
+        HostRow {
+            start: S,
+            end: 3 * S,
+            capacity: Some(210.0),
+            used: None,
+        },
+    );
+    let totals = Totals {
+        input_bytes: 50.0,
+        ..Totals::default()
+    };
+    ds.add_task("T5", "V", "0", "h2", 0, S, None, totals);
+    ds.add_host_row(
+        "h2",
+        Resource::DiskRead,
+        HostRow {
+            start: 0,
+            end: 10 * S,
+            capacity: Some(100.0),
+            used: None,
+        },
+    );
+    let opts = all_stages(&["V"]);
+    let (victims, entries) = blame(&ds, &opts).unwrap();
+    let slow = slowdown::slowdowns(&ds, &victims, window(&opts));
+    let rows = usecases::victims(&ds, &victims, &entries, window(&opts), &slow);
+    assert_eq!(rows.len(), 1);
+    let s = rows[0].slowdown.expect("capacity is known");
+    assert!(close(s, 2.25), "slowdown {s}");
 }
