@@ -77,6 +77,9 @@ impl Capacity {
     }
 }
 
+/// A clipped row: start, end, units acquired per second.
+type Piece = (Micros, Micros, f64);
+
 /// Accumulates the explained tasks' rows, then gives each victim query's
 /// slowdown. Rows may come in any order (from memory or a store).
 pub struct SlowdownAcc<'a> {
@@ -84,7 +87,7 @@ pub struct SlowdownAcc<'a> {
     victims: &'a Victims,
     window: (Micros, Micros),
     /// Per (task, group): its rows, clipped to the window.
-    rows: FxHashMap<(u32, usize), Vec<(Micros, Micros, f64)>>,
+    rows: FxHashMap<(u32, usize), Vec<Piece>>,
     /// Tasks with at least one window row (the others are known by totals).
     seen: Vec<bool>,
 }

@@ -1013,9 +1013,9 @@ fn non_finite_values_are_errors_naming_the_row() {
 /// `victims().slowdown` is method.md section 3's `S = (RATP - RATP*) /
 /// RATP*`, time-weighted over the explained tasks' windows with capacity
 /// known. Hand-computed: T1 reads 30 B in 1 s, disk capacity 210 B/s (§12
-/// example 1): S = 6 over 1 s; T4 reads 210 B over 2 s there: S = 210/105
-/// - 1 = 1 over 2 s; T5, known only by its totals, reads 50 B in 1 s on h2
-/// (capacity 100 B/s): S = 1 over 1 s. Mean: (6 + 2 + 1) / 4 = 2.25.
+/// example 1): S = 6 over 1 s; T4 reads 210 B over 2 s there: S =
+/// 210 / 105 - 1 = 1 over 2 s; T5, known only by its totals, reads 50 B in
+/// 1 s on h2 (capacity 100 B/s): S = 1 over 1 s. Mean: (6 + 2 + 1) / 4 = 2.25.
 #[test]
 fn victim_slowdown_is_from_ratp() {
     let mut ds = example_1();
