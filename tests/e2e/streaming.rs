@@ -158,6 +158,8 @@ async fn compare(store: &Store, w: &culprit_sim::Workload) {
          culprit_query, culprit_stage, via_stage, bc, dor FROM iqc_nodes(NULL)"
             .to_string(),
         "SELECT * FROM hot_resources()".to_string(),
+        // The slowdown reads the victims' window rows from the buckets too.
+        "SELECT * FROM victims()".to_string(),
         format!("SELECT * FROM stage_ratp('{victim}')"),
     ]
     .into_iter()

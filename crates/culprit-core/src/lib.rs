@@ -24,4 +24,33 @@ pub enum MethodError {
     InvalidArgument(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A telemetry value the method needs is NaN or infinite: an error of
+    /// the input, never dropped silently (that would break conservation).
+    #[error("{row}: {field} is not a finite number ({value})")]
+    NonFinite {
+        /// The row, e.g. `task 't1', cpu row at 0..1000000 us`.
+        row: String,
+        /// The column, e.g. `blocked`.
+        field: &'static str,
+        value: String,
+    },
+}
+
+impl MethodError {
+    /// `Err(NonFinite)` when `value` is NaN or infinite; `row` names the row.
+    pub fn check_finite(
+        value: f64,
+        field: &'static str,
+        row: impl FnOnce() -> String,
+    ) -> Result<(), MethodError> {
+        if value.is_finite() {
+            Ok(())
+        } else {
+            Err(MethodError::NonFinite {
+                row: row(),
+                field,
+                value: value.to_string(),
+            })
+        }
+    }
 }

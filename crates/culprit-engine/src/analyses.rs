@@ -88,11 +88,16 @@ impl Snapshot {
 
     pub fn victims(&self, opts: &BlameOptions) -> Result<Vec<usecases::VictimSummary>, Error> {
         let b = self.blame(opts)?;
+        let window = method::window(opts);
+        let slowdowns = match &self.buckets {
+            None => method::slowdown::slowdowns(&self.ds, &b.victims, window),
+            Some(buckets) => {
+                let reader = buckets.reader(&self.ds, runtime()?);
+                method::slowdown::slowdowns_streamed(&self.ds, &b.victims, window, &reader)?
+            }
+        };
         Ok(usecases::victims(
-            &self.ds,
-            &b.victims,
-            &b.level4,
-            method::window(opts),
+            &self.ds, &b.victims, &b.level4, window, &slowdowns,
         ))
     }
 

@@ -4,7 +4,7 @@
 //! | section | file |
 //! |---|---|
 //! | 2 windows, 5 attribution (the sweeps) | `sweep.rs` |
-//! | 3 RATP and slowdown | `crate::ratp` |
+//! | 3 RATP and slowdown | `crate::ratp`, a victim query's in `slowdown.rs` |
 //! | 4 beta | `beta.rs` |
 //! | 5 options and victims | `victims.rs` |
 //! | 5 level-4 blame of a set of victims | `blame.rs`, `level4.rs`, `schedule.rs` (on every core) |
@@ -32,6 +32,7 @@ pub mod responsibility;
 mod schedule;
 pub mod series;
 pub mod skew;
+pub mod slowdown;
 pub mod stage_ratp;
 pub mod stragglers;
 pub mod sweep;

@@ -71,15 +71,20 @@ fn by_window(jobs: Vec<Nodes>, windows: &Windows, details: Option<Interner>) -> 
 }
 
 /// The cluster-wide slot sweep (section 5) as level-4 nodes.
-fn slot_entries(ds: &Dataset, victim: &[bool], windows: &Windows, mode: Attribution) -> Nodes {
+fn slot_entries(
+    ds: &Dataset,
+    victim: &[bool],
+    windows: &Windows,
+    mode: Attribution,
+) -> Result<Nodes, MethodError> {
     let slots_idx = super::model::resource_index(Resource::Slots);
     let slot_rows: Vec<&[super::model::HostRow]> = (0..ds.hosts.len())
         .map(|h| ds.host_rows[h * N_RES + slots_idx].as_slice())
         .collect();
-    let cells = sweep::sweep_slots(ds, &slot_rows, victim, windows, mode);
+    let cells = sweep::sweep_slots(ds, &slot_rows, victim, windows, mode)?;
     let mut nodes = Nodes::default();
     nodes.push_cells(cells, Resource::Slots, None);
-    nodes
+    Ok(nodes)
 }
 
 /// The window rows of some hosts (one host bucket), grouped by (host,
@@ -128,7 +133,7 @@ fn sweep_part(
     victim: &[bool],
     windows: &Windows,
     mode: Attribution,
-) -> Nodes {
+) -> Result<Nodes, MethodError> {
     let mut synth: FxHashMap<usize, Vec<WindowRow>> = FxHashMap::default();
     for &h in hosts {
         for &t in &tasks_by_host[h as usize] {
@@ -157,9 +162,9 @@ fn sweep_part(
             .chain(synth.get(&g))
             .map(|v| v.as_slice())
             .collect();
-        sweep_one(ds, g, &rows, victim, windows, mode, &mut nodes);
+        sweep_one(ds, g, &rows, victim, windows, mode, &mut nodes)?;
     }
-    nodes
+    Ok(nodes)
 }
 
 /// The sweep of group `g` (a host and resource) over `rows`, its level-4
@@ -172,10 +177,13 @@ fn sweep_one(
     windows: &Windows,
     mode: Attribution,
     out: &mut Nodes,
-) {
+) -> Result<(), MethodError> {
     let r = Resource::ALL[g % N_RES];
-    let cells = sweep::sweep_group(ds, r, rows, &ds.host_rows[g], victim, windows, mode);
-    out.push_cells(cells, r, Some((g / N_RES) as u32));
+    let host = (g / N_RES) as u32;
+    sweep::check_host_rows(ds, host, r, &ds.host_rows[g])?;
+    let cells = sweep::sweep_group(ds, r, rows, &ds.host_rows[g], victim, windows, mode)?;
+    out.push_cells(cells, r, Some(host));
+    Ok(())
 }
 
 /// The sweeps, both cores: one job per (host, resource), plus the slots.
@@ -207,12 +215,13 @@ pub(crate) fn in_memory(
         }
         let mut nodes = Nodes::default();
         let rows = [ds.windows[g].as_slice(), synth[g].as_slice()];
-        sweep_one(ds, g, &rows, victim, windows, mode, &mut nodes);
-        nodes
+        sweep_one(ds, g, &rows, victim, windows, mode, &mut nodes)?;
+        Ok(nodes)
     });
     // Within a job the order is that of an FxHashMap (no random seed):
     // deterministic for the same data.
-    Ok(by_window(chunks?, windows, None))
+    let chunks = chunks?.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(by_window(chunks, windows, None))
 }
 
 /// Runs `job(0..n)` on every core, jobs taken in order; the results come
@@ -350,14 +359,14 @@ pub(crate) fn streamed<S: BucketSource>(
         })?;
         Ok(part)
     };
-    let sweep_bucket = |b: usize, extra: &[&Part]| -> Nodes {
+    let sweep_bucket = |b: usize, extra: &[&Part]| -> Result<Nodes, MethodError> {
         let parts: Vec<&Part> = loose.iter().chain(extra.iter().copied()).collect();
         sweep_part(ds, &hosts[b], &tasks_by_host, &parts, victim, windows, mode)
     };
     let swept = AtomicUsize::new(0);
     let jobs = parallel(n + 1, |j| -> Result<(Nodes, Strays), S::Error> {
         if j == 0 {
-            return Ok((slot_entries(ds, victim, windows, mode), Vec::new()));
+            return Ok((slot_entries(ds, victim, windows, mode)?, Vec::new()));
         }
         let b = j - 1;
         if may_skip && hosts[b].is_empty() {
@@ -365,7 +374,7 @@ pub(crate) fn streamed<S: BucketSource>(
         }
         let mut strays = Strays::new();
         let part = read_bucket(b, &mut strays)?;
-        let entries = sweep_bucket(b, &[&part]);
+        let entries = sweep_bucket(b, &[&part])?;
         let done = swept.fetch_add(1, Ordering::Relaxed) + 1;
         source.swept(done, n, part.rows());
         Ok((entries, strays))
@@ -386,7 +395,7 @@ pub(crate) fn streamed<S: BucketSource>(
     // with them (rare: a task stored twice with different hosts).
     for (b, extra) in strays {
         let part = read_bucket(b, &mut Strays::new())?;
-        chunks[b + 1] = sweep_bucket(b, &[&part, &extra]);
+        chunks[b + 1] = sweep_bucket(b, &[&part, &extra])?;
     }
     Ok(by_window(chunks, windows, Some(source.details()?)))
 }

@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use super::beta;
 use super::model::{Dataset, HostRow, Micros, WindowRow};
 use super::series::Windows;
-use crate::Resource;
+use crate::{MethodError, Resource};
 
 /// Culprit codes beside stage ids (stage ids never reach them: a dataset
 /// has fewer than `u32::MAX - 2` stages).
@@ -32,7 +32,9 @@ pub const UNKNOWN: u32 = u32::MAX - 2;
 pub enum Attribution {
     /// The conserving per-window split (the default).
     Window,
-    /// The paper's aggregate form, `BC4 = BC3 * beta_cs / sum beta` (000 eq. 9-10).
+    /// The paper's aggregate form, `BC4 = BC3 * beta_cs / sum beta` (000 eq.
+    /// 9-10); blocked time where the victim acquired nothing (slot waits,
+    /// GC pauses) has no beta and goes to `unknown`.
     Paper,
 }
 
@@ -51,6 +53,10 @@ pub fn clip(s: Micros, e: Micros, from: Micros, to: Micros) -> Option<(Micros, M
 
 /// One row in the sweep. Rates are per microsecond.
 struct Row {
+    /// Local id of the row's task: a victim's blocked time is never split
+    /// over rows of its own task (method.md section 5: the consumers are the
+    /// other tasks).
+    task: u32,
     /// Local id of the row's stage (as a consumer).
     stage: u32,
     /// Local id of the row's (stage, detail) (as a victim).
@@ -122,31 +128,38 @@ pub fn sweep_group(
     victim: &[bool],
     windows: &Windows,
     mode: Attribution,
-) -> Cells {
+) -> Result<Cells, MethodError> {
     let Group {
+        tasks,
         mut sweep,
         mut events,
         stages,
         keys,
         gc_by_key,
-    } = Group::collect(ds, resource, rows, victim, windows, mode);
+    } = Group::collect(ds, resource, rows, victim, windows, mode)?;
     let mut cells = Cells::default();
+    // GC seconds go to `gc` whole, first (section 5); in the paper form a GC
+    // pause is a window where the victim acquired nothing: no beta, `unknown`.
+    let gc_to = match mode {
+        Attribution::Window => GC,
+        Attribution::Paper => UNKNOWN,
+    };
     for (k, &g) in gc_by_key.iter().enumerate() {
         if g > 0.0 {
             let (vs, d, w) = keys[k];
-            cells.insert((w, vs, d, GC), g);
+            cells.insert((w, vs, d, gc_to), g);
         }
     }
     if !sweep.iter().any(|r| r.victim) {
         cells.retain(|_, v| *v > EPS);
-        return cells;
+        return Ok(cells);
     }
     // Host rows are events too, numbered after the sweep rows.
     let base = sweep.len() as u32;
     let host_rates = host_events(host_rows, windows.whole(), base, &mut events);
     events.sort_unstable_by_key(|e| e.0);
 
-    let mut state = Settlement::new(keys.len(), stages.len(), sweep.len());
+    let mut state = Settlement::new(keys.len(), stages.len(), tasks, sweep.len());
     let mut hosts: Vec<u32> = Vec::new();
     let mut prev = events.first().map_or(0, |e| e.0);
     for &(t, ev) in &events {
@@ -168,13 +181,65 @@ pub fn sweep_group(
             state.open(&sweep, x);
         }
     }
-    state.into_cells(&keys, &stages, mode, cells)
+    Ok(state.into_cells(&keys, &stages, mode, cells))
+}
+
+/// Checks that a task row's values are finite numbers (NaN or infinity
+/// would be dropped by the sweep's comparisons and break conservation).
+fn check_row(ds: &Dataset, resource: Resource, row: &WindowRow) -> Result<(), MethodError> {
+    let name = || {
+        let t = &ds.tasks[row.task as usize];
+        let from = if t.has_windows {
+            "task_windows"
+        } else {
+            "tasks totals"
+        };
+        format!(
+            "task '{}', {} {from} row at {}..{} us",
+            ds.task_names()[row.task as usize],
+            resource.name(),
+            row.start,
+            row.end
+        )
+    };
+    MethodError::check_finite(row.blocked, "blocked", name)?;
+    MethodError::check_finite(row.acquired, "acquired", name)?;
+    MethodError::check_finite(row.gc(), "gc", name)
+}
+
+/// Checks that the host rows of `host` for `resource` give finite numbers.
+pub fn check_host_rows(
+    ds: &Dataset,
+    host: u32,
+    resource: Resource,
+    rows: &[HostRow],
+) -> Result<(), MethodError> {
+    for h in rows {
+        let name = || {
+            format!(
+                "host '{}', {} host_windows row at {}..{} us",
+                ds.hosts.name(host),
+                resource.name(),
+                h.start,
+                h.end
+            )
+        };
+        if let Some(c) = h.capacity {
+            MethodError::check_finite(c, "capacity", name)?;
+        }
+        if let Some(u) = h.used {
+            MethodError::check_finite(u, "used", name)?;
+        }
+    }
+    Ok(())
 }
 
 /// The rows of one group as the sweep sees them (each cut at the window
 /// bounds), with local dense ids for stages and (stage, detail, window)
 /// keys, so that the hot loop indexes vectors instead of hashing.
 struct Group {
+    /// The number of local task ids.
+    tasks: usize,
     sweep: Vec<Row>,
     /// (time, row index << 1 | is_end)
     events: Vec<(Micros, u32)>,
@@ -194,8 +259,9 @@ impl Group {
         victim: &[bool],
         windows: &Windows,
         mode: Attribution,
-    ) -> Group {
+    ) -> Result<Group, MethodError> {
         let mut g = Group {
+            tasks: 0,
             sweep: Vec::new(),
             events: Vec::new(),
             stages: Vec::new(),
@@ -203,12 +269,14 @@ impl Group {
             gc_by_key: Vec::new(),
         };
         let mut stage_ids: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut task_ids: FxHashMap<u32, u32> = FxHashMap::default();
         let mut key_ids: FxHashMap<(u32, u32, u32), u32> = FxHashMap::default();
         // The local ids of the last (task, detail, window) seen: rows come
         // grouped by task.
         let mut last = (u32::MAX, u32::MAX, u32::MAX);
-        let mut last_ids = (0u32, 0u32);
+        let mut last_ids = (0u32, 0u32, 0u32);
         for row in rows.iter().flat_map(|r| r.iter()) {
+            check_row(ds, resource, row)?;
             let len = (row.end - row.start) as f64;
             if len <= 0.0 {
                 continue;
@@ -240,8 +308,10 @@ impl Group {
                         g.gc_by_key.push(0.0);
                         g.keys.len() as u32 - 1
                     });
+                    let n = task_ids.len() as u32;
+                    let tk = *task_ids.entry(row.task).or_insert(n);
                     last = (row.task, row.detail, w);
-                    last_ids = (st, k);
+                    last_ids = (st, k, tk);
                 }
                 if gc_rate > 0.0 {
                     g.gc_by_key[last_ids.1 as usize] += gc_rate * (e - s) as f64;
@@ -251,6 +321,7 @@ impl Group {
                 }
                 let i = g.sweep.len() as u32;
                 g.sweep.push(Row {
+                    task: last_ids.2,
                     stage: last_ids.0,
                     key: last_ids.1,
                     a,
@@ -271,7 +342,8 @@ impl Group {
                 g.events.push((e, (i << 1) | 1));
             }
         }
-        g
+        g.tasks = task_ids.len();
+        Ok(g)
     }
 }
 
@@ -302,7 +374,8 @@ fn host_events(
 
 /// The rates in the current elementary window of what the active rows
 /// acquire, of `external` (measured use beyond the rows') and of `unknown`
-/// (capacity nobody used).
+/// (capacity nobody used). Capacity and measured use are each the largest
+/// rate of the host rows active then, never their sum.
 struct WindowRates {
     total: f64,
     external: f64,
@@ -317,14 +390,16 @@ fn window_rates(
     base: u32,
 ) -> WindowRates {
     let total: f64 = active.items.iter().map(|&i| sweep[i as usize].a).sum();
+    // Overlapping host rows describe the same machine: one value per
+    // instant, the largest any active row gives (duplicates count once).
     let (mut cap, mut used) = (None::<f64>, None::<f64>);
     for &h in hosts {
         let (c, u) = host_rates[(h - base) as usize];
         if let Some(c) = c {
-            *cap.get_or_insert(0.0) += c;
+            cap = Some(cap.map_or(c, |x| x.max(c)));
         }
         if let Some(u) = u {
-            *used.get_or_insert(0.0) += u;
+            used = Some(used.map_or(u, |x| x.max(u)));
         }
     }
     let external = used.map_or(0.0, |u| (u - total).max(0.0));
@@ -355,11 +430,17 @@ struct Settlement {
     key_slots: SlotSet,
     stage_slots: SlotSet,
     acc: Vec<Vec<f64>>,
+    /// Per local task: its active consumer rows and the units per
+    /// microsecond they acquire (left out of its own victims' split).
+    task_rows: Vec<u32>,
+    task_a: Vec<f64>,
 }
 
 impl Settlement {
-    fn new(keys: usize, stages: usize, rows: usize) -> Settlement {
+    fn new(keys: usize, stages: usize, tasks: usize, rows: usize) -> Settlement {
         Settlement {
+            task_rows: vec![0; tasks],
+            task_a: vec![0.0; tasks],
             active: ActiveSet::new(rows),
             victims: ActiveSet::new(rows),
             pairs: vec![Vec::new(); keys],
@@ -385,7 +466,9 @@ impl Settlement {
             let r = &mut sweep[v as usize];
             match mode {
                 Attribution::Window => {
-                    let d = total - r.a + external + unknown;
+                    // Every consumer but the victim's own task.
+                    let own = self.task_a[r.task as usize];
+                    let d = (total - own).max(0.0) + external + unknown;
                     if d <= scale {
                         r.unk += r.rest * dt; // nobody else acquired anything
                     } else {
@@ -419,7 +502,7 @@ impl Settlement {
     /// `Phi` (subtracted now, added back when settled).
     fn open(&mut self, sweep: &[Row], x: u32) {
         let xr = &sweep[x as usize];
-        let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
+        let (xa, xstage, xkey, xvictim, xtask) = (xr.a, xr.stage, xr.key, xr.victim, xr.task);
         if xvictim {
             self.key_rows[xkey as usize] += 1;
             if self.key_rows[xkey as usize] == 1 {
@@ -445,9 +528,11 @@ impl Settlement {
             } else {
                 self.stage_slots.slot[xstage as usize] as usize
             };
+            self.task_rows[xtask as usize] += 1;
+            self.task_a[xtask as usize] += xa;
             for &v in &self.victims.items {
                 let r = &sweep[v as usize];
-                if r.phi != 0.0 {
+                if r.phi != 0.0 && r.task != xtask {
                     self.acc[self.key_slots.slot[r.key as usize] as usize][ss] -= xa * r.phi;
                 }
             }
@@ -463,13 +548,13 @@ impl Settlement {
     /// or stage with no active row left moves its shares to `pairs`.
     fn close(&mut self, sweep: &[Row], x: u32, mode: Attribution) {
         let xr = &sweep[x as usize];
-        let (xa, xstage, xkey, xvictim) = (xr.a, xr.stage, xr.key, xr.victim);
+        let (xa, xstage, xkey, xvictim, xtask) = (xr.a, xr.stage, xr.key, xr.victim, xr.task);
         if xvictim {
             let (phi, ks) = (xr.phi, self.key_slots.slot[xkey as usize] as usize);
             let row = &mut self.acc[ks];
             for &c in &self.active.items {
                 let cr = &sweep[c as usize];
-                if c != x && cr.a > 0.0 {
+                if cr.task != xtask && cr.a > 0.0 {
                     row[self.stage_slots.slot[cr.stage as usize] as usize] += cr.a * phi;
                 }
             }
@@ -488,9 +573,17 @@ impl Settlement {
         }
         if xa > 0.0 {
             let ss = self.stage_slots.slot[xstage as usize] as usize;
+            let t = xtask as usize;
+            self.task_rows[t] -= 1;
+            // Exactly zero once the task has no active row (no drift).
+            self.task_a[t] = if self.task_rows[t] == 0 {
+                0.0
+            } else {
+                self.task_a[t] - xa
+            };
             for &v in &self.victims.items {
-                if v != x {
-                    let r = &sweep[v as usize];
+                let r = &sweep[v as usize];
+                if r.task != xtask {
                     self.acc[self.key_slots.slot[r.key as usize] as usize][ss] += xa * r.phi;
                 }
             }
@@ -682,7 +775,10 @@ pub fn sweep_slots(
     victim: &[bool],
     windows: &Windows,
     mode: Attribution,
-) -> Cells {
+) -> Result<Cells, MethodError> {
+    for (host, rows) in slot_rows.iter().enumerate() {
+        check_host_rows(ds, host as u32, Resource::Slots, rows)?;
+    }
     let (from, to) = windows.whole();
     // (time, kind: 0 hold, 1 wait, 2 capacity, 3 window bound, delta,
     // stage, capacity row or window)
@@ -701,13 +797,16 @@ pub fn sweep_slots(
     }
     let mut cells = Cells::default();
     if !events.iter().any(|e| e.1 == 1) {
-        return cells;
+        return Ok(cells);
     }
-    let caps: Vec<f64> = slot_rows
+    // (host, capacity) of each slot row; a host's capacity is the largest of
+    // its active rows (overlapping rows count once), hosts add up.
+    let caps: Vec<(usize, f64)> = slot_rows
         .iter()
-        .flat_map(|r| r.iter())
-        .map(|h| h.capacity.unwrap_or(0.0))
+        .enumerate()
+        .flat_map(|(host, r)| r.iter().map(move |h| (host, h.capacity.unwrap_or(0.0))))
         .collect();
+    let mut host_caps: Vec<Vec<f64>> = vec![Vec::new(); slot_rows.len()];
     let mut cap_rows = 0i64;
     for (i, h) in slot_rows.iter().flat_map(|r| r.iter()).enumerate() {
         if let (Some((s, e)), Some(_)) = (clip(h.start, h.end, from, to), h.capacity) {
@@ -831,7 +930,16 @@ pub fn sweep_slots(
                 }
             }
             2 => {
-                capacity += delta as f64 * caps[id as usize];
+                let (host, c) = caps[id as usize];
+                let active = &mut host_caps[host];
+                let max = |a: &[f64]| a.iter().copied().fold(0.0f64, f64::max);
+                capacity -= max(active);
+                if delta > 0 {
+                    active.push(c);
+                } else if let Some(p) = active.iter().position(|&x| x == c) {
+                    active.swap_remove(p);
+                }
+                capacity += max(active);
                 cap_rows += delta as i64;
             }
             _ => {
@@ -879,5 +987,5 @@ pub fn sweep_slots(
         }
     }
     cells.retain(|_, v| *v > EPS);
-    cells
+    Ok(cells)
 }

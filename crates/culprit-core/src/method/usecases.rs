@@ -212,20 +212,23 @@ pub struct VictimSummary {
     pub blocked: f64,
     /// Task time of its explained stages in the window, slot waits included.
     pub task_seconds: f64,
-    /// `blocked / (task_seconds - blocked)`: 000 eq. 4 on times, with the
-    /// contention-free time `T* = T - blocked`. `None` when `T* <= 0`.
+    /// `S = (RATP - RATP*) / RATP*` (method.md section 3, 000 eq. 4),
+    /// time-weighted over its explained tasks' windows with capacity known
+    /// (`slowdown.rs`). `None` when no such window.
     pub slowdown: Option<f64>,
     /// The culprit with the most blame: kind, query, seconds.
     pub top: Option<(CulpritKind, Option<u32>, f64)>,
     pub top_dor: Option<f64>,
 }
 
-/// Every victim with its top culprit, most blocked first.
+/// Every victim with its top culprit, most blocked first; `slowdowns` per
+/// victim query as [`super::slowdown::slowdowns`] gives them.
 pub fn victims(
     ds: &Dataset,
     victims: &Victims,
     entries: &Level4,
     (from, to): (Micros, Micros),
+    slowdowns: &FxHashMap<u32, f64>,
 ) -> Vec<VictimSummary> {
     let bc0 = Bc0::of(ds, entries);
     let mut task_s: FxHashMap<u32, f64> = FxHashMap::default();
@@ -273,7 +276,7 @@ pub fn victims(
                 query: v,
                 blocked,
                 task_seconds: t,
-                slowdown: (t - blocked > 0.0).then(|| blocked / (t - blocked)),
+                slowdown: slowdowns.get(&v).copied(),
                 top,
                 top_dor: top.and_then(|(_, _, s)| bc0.dor(v, s)),
             }
