@@ -392,3 +392,280 @@ fn an_overflowing_spark_time_is_a_rejected_line() {
         "line {line_no} rejected with its reason: {stderr}"
     );
 }
+
+const GROW_TASKS_CSV: &str = "\
+task_id,query_id,stage_id,host,launch_time,finish_time
+t1,q1,0,h1,2026-01-01T00:00:00Z,2026-01-01T00:00:10Z
+t2,q2,0,h1,2026-01-01T00:00:00Z,2026-01-01T00:00:10Z
+";
+
+/// The data rows of a CSV text (its lines after the header), counted
+/// without culprit.
+fn csv_rows(text: &str) -> usize {
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// The sum of one float column of a CSV text, read without culprit.
+fn csv_sum(text: &str, column: &str) -> f64 {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let c = header.iter().position(|h| *h == column).unwrap();
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split(',').nth(c).unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// Issue #16: window rows have an identity (task_windows: task, resource,
+/// detail, window; host_windows: host, resource, window). Ingesting a
+/// folder again after its window files grew stores only the new rows; a
+/// row whose identity is stored is skipped even when its values differ
+/// (the stored row stands, as for keyed tables); the same identity twice
+/// in one ingest is a rejected duplicate.
+#[tokio::test]
+async fn ingest_of_a_grown_window_file_adds_only_new_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tasks.csv"), GROW_TASKS_CSV).unwrap();
+    let mut windows = "task_id,window_start,window_end,resource,detail,blocked,acquired\n\
+        t1,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,disk_read,,0.5,100\n\
+        t1,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,disk_read,storage,0.25,10\n\
+        t2,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,disk_read,,0.75,50\n"
+        .to_string();
+    let mut hosts = "host,window_start,window_end,resource,capacity,used\n\
+        h1,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,disk_read,1000,150\n\
+        h1,2026-01-01T00:00:05Z,2026-01-01T00:00:10Z,disk_read,1000,20\n"
+        .to_string();
+    std::fs::write(dir.join("task_windows.csv"), &windows).unwrap();
+    std::fs::write(dir.join("host_windows.csv"), &hosts).unwrap();
+    let store = Store::open(tmp.path().join("store").to_str().unwrap()).unwrap();
+    let first = ingest_paths(&store, &[&dir], IngestOptions::default()).await;
+    assert!(first.rejected.is_empty(), "{:?}", first.rejected);
+    let count = |t: &'static str| {
+        let store = store.clone();
+        async move { scalar_f64(&store, &format!("SELECT count(*) FROM {t}")).await as usize }
+    };
+    assert_eq!(count("task_windows").await, csv_rows(&windows));
+    assert_eq!(count("host_windows").await, csv_rows(&hosts));
+
+    // The files grow by one row each; the folder is ingested again.
+    windows.push_str("t2,2026-01-01T00:00:05Z,2026-01-01T00:00:10Z,network,,0.125,7\n");
+    hosts.push_str("h1,2026-01-01T00:00:00Z,2026-01-01T00:00:10Z,network,1e9,7\n");
+    std::fs::write(dir.join("task_windows.csv"), &windows).unwrap();
+    std::fs::write(dir.join("host_windows.csv"), &hosts).unwrap();
+    let second = ingest_paths(&store, &[&dir], IngestOptions::default()).await;
+    assert!(second.rejected.is_empty(), "{:?}", second.rejected);
+    assert_eq!(count("task_windows").await, csv_rows(&windows));
+    assert_eq!(count("host_windows").await, csv_rows(&hosts));
+    assert_eq!(second.rows.get("task_windows"), Some(&1), "{second:?}");
+    assert_eq!(second.rows.get("host_windows"), Some(&1), "{second:?}");
+    assert_eq!(second.already_stored, 3 + 2, "{second:?}");
+    let blocked = scalar_f64(&store, "SELECT sum(blocked) FROM task_windows").await;
+    assert!(
+        (blocked - csv_sum(&windows, "blocked")).abs() < 1e-9,
+        "{blocked}"
+    );
+    let used = scalar_f64(&store, "SELECT sum(used) FROM host_windows").await;
+    assert!((used - csv_sum(&hosts, "used")).abs() < 1e-9, "{used}");
+
+    // Another file with a stored identity but other values: the stored row
+    // stands; with a new detail it is a new row.
+    let other = tmp.path().join("task_windows.csv");
+    std::fs::write(
+        &other,
+        "task_id,window_start,window_end,resource,detail,blocked,acquired\n\
+         t1,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,disk_read,,9,9\n\
+         t1,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,disk_read,lock,0.5,0\n",
+    )
+    .unwrap();
+    let third = ingest_paths(&store, &[&other], IngestOptions::default()).await;
+    assert_eq!(third.already_stored, 1, "{third:?}");
+    assert_eq!(third.rows.get("task_windows"), Some(&1), "{third:?}");
+    let blocked = scalar_f64(&store, "SELECT sum(blocked) FROM task_windows").await;
+    assert!(
+        (blocked - csv_sum(&windows, "blocked") - 0.5).abs() < 1e-9,
+        "{blocked}"
+    );
+
+    // One identity twice in one ingest: the second is rejected, naming the first.
+    let dup = tmp.path().join("dup");
+    std::fs::create_dir_all(&dup).unwrap();
+    let dup_file = dup.join("host_windows.csv");
+    std::fs::write(
+        &dup_file,
+        "host,window_start,window_end,resource,capacity\n\
+         h2,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,cpu,8\n\
+         h2,2026-01-01T00:00:00Z,2026-01-01T00:00:05Z,cpu,8\n",
+    )
+    .unwrap();
+    let fourth = ingest_paths(&store, &[&dup], IngestOptions::default()).await;
+    let got: Vec<String> = fourth.rejected.iter().map(|r| r.to_string()).collect();
+    let f = dup_file.display().to_string();
+    assert_eq!(
+        got,
+        [format!(
+            "{f}: line 3: duplicate window 'h2/cpu/2026-01-01T00:00:00Z/2026-01-01T00:00:05Z' \
+             (first at {f}:line 2)"
+        )]
+    );
+    assert_eq!(fourth.rows.get("host_windows"), Some(&1), "{fourth:?}");
+}
+
+/// Reads a child's stderr lines into a channel.
+pub(crate) fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line that contains `want`; all lines seen go to `seen`.
+pub(crate) fn wait_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    want: &str,
+    seen: &mut Vec<String>,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let hit = line.contains(want);
+                seen.push(line);
+                if hit {
+                    return;
+                }
+            }
+            Err(_) => panic!(
+                "waited 60 s for '{want}'; the watcher said:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
+}
+
+fn interrupt(mut child: std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "watch did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Issue #16: `ingest --watch` on a growing JSON lines and a growing CSV
+/// file stores each row once: every look that finds the files grown adds
+/// only the rows not yet stored.
+#[test]
+fn watch_of_growing_window_files_adds_only_new_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("live");
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = tmp.path().join("store").display().to_string();
+    std::fs::write(dir.join("tasks.csv"), GROW_TASKS_CSV).unwrap();
+    let jsonl = dir.join("task_windows.jsonl");
+    let csv = dir.join("host_windows.csv");
+    let window = |task: &str, s: u32, resource: &str| {
+        format!(
+            "{{\"task_id\":\"{task}\",\"window_start\":\"2026-01-01T00:00:0{s}Z\",\
+             \"window_end\":\"2026-01-01T00:00:0{}Z\",\"resource\":\"{resource}\",\
+             \"blocked\":0.25,\"acquired\":1}}\n",
+            s + 1
+        )
+    };
+    let mut windows = window("t1", 0, "cpu") + &window("t2", 0, "cpu") + &window("t1", 1, "cpu");
+    let mut hosts = "host,window_start,window_end,resource,capacity\n\
+        h1,2026-01-01T00:00:00Z,2026-01-01T00:00:01Z,cpu,8\n"
+        .to_string();
+    std::fs::write(&jsonl, &windows).unwrap();
+    std::fs::write(&csv, &hosts).unwrap();
+    let mut watch = crate::common::culprit()
+        .args(["ingest", "--watch", "--interval", "0.2", "--store", &store])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = stderr_lines(&mut watch);
+    let mut seen = Vec::new();
+    let counts = || {
+        run_ok(&[
+            "sql",
+            "--store",
+            &store,
+            "--format",
+            "csv",
+            "SELECT (SELECT count(*) FROM task_windows) w, (SELECT count(*) FROM host_windows) h",
+        ])
+        .lines()
+        .last()
+        .unwrap()
+        .to_string()
+    };
+    let want = |w: &str, h: &str| {
+        format!(
+            "{},{}",
+            w.lines().filter(|l| !l.is_empty()).count(),
+            csv_rows(h)
+        )
+    };
+    wait_line(&rx, "(store version 1)", &mut seen);
+    assert_eq!(counts(), want(&windows, &hosts), "{seen:#?}");
+    // Each file grows (replaced whole, as an appending writer would leave
+    // it), one after the other and then both at once. Once the store holds
+    // as many rows as the files, it must hold no more.
+    let put = |path: &std::path::Path, text: &str| {
+        let tmp_file = tmp.path().join("next");
+        std::fs::write(&tmp_file, text).unwrap();
+        std::fs::rename(&tmp_file, path).unwrap();
+    };
+    for (step, (w, h)) in [(true, false), (false, true), (true, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let s = step as u32 + 2;
+        if w {
+            windows.push_str(&window("t2", s, "network"));
+            put(&jsonl, &windows);
+        }
+        if h {
+            hosts.push_str(&format!(
+                "h1,2026-01-01T00:00:0{s}Z,2026-01-01T00:00:0{}Z,cpu,8\n",
+                s + 1
+            ));
+            put(&csv, &hosts);
+        }
+        let target = want(&windows, &hosts);
+        let (tw, th) = target.split_once(',').unwrap();
+        let (tw, th): (u64, u64) = (tw.parse().unwrap(), th.parse().unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let got = loop {
+            let got = counts();
+            let (w, h) = got.split_once(',').unwrap();
+            if w.parse::<u64>().unwrap() >= tw && h.parse::<u64>().unwrap() >= th {
+                break got;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "step {step}: waited for {target}, at {got}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        assert_eq!(got, target, "step {step}");
+    }
+    interrupt(watch);
+}

@@ -789,10 +789,31 @@ fn watch_follows_a_growing_log() {
     std::fs::rename(&live, dir.join("app-20261121050126-0000")).unwrap();
     wait_for(&store, COUNTS, "15,37,337,2,2", Duration::from_secs(60));
     stop(watch);
-    // A restart reads everything again and stores nothing twice.
-    let watch = start_watch();
-    std::thread::sleep(Duration::from_secs(2));
+    let version = |store: &str| {
+        Store::open(store).map(|s| {
+            tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(s.manifest())
+                .unwrap()
+                .version
+        })
+    };
+    let before = version(&store).unwrap();
+    // A restart reads everything again and stores nothing twice: its first
+    // look says it found the log already ingested.
+    let mut watch = culprit()
+        .args(["ingest", "--watch", "--interval", "0.2", "--store", &store])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = crate::ingest::stderr_lines(&mut watch);
+    let mut seen = Vec::new();
+    crate::ingest::wait_line(&lines, "1 files already ingested", &mut seen);
     stop(watch);
+    assert!(seen.iter().any(|l| l.contains("no new rows")), "{seen:#?}");
+    assert_eq!(version(&store).unwrap(), before, "{seen:#?}");
     wait_for(&store, COUNTS, "15,37,337,2,2", Duration::from_secs(5));
     assert_eq!(
         run_ok(&[
@@ -808,4 +829,47 @@ fn watch_follows_a_growing_log() {
         .unwrap(),
         "337"
     );
+}
+
+/// Issue #16: a byte-different copy of an application already ingested (the
+/// same log with one more event line, as a listener that writes its own
+/// events leaves it) adds nothing: not its keyed rows, nor its slot
+/// capacity rows (`host_windows`, identified by host, resource and window).
+/// Nor does the copy read in the same ingest as the original.
+#[tokio::test]
+async fn a_byte_different_copy_of_a_log_adds_no_slot_rows() {
+    let log = std::fs::read_to_string(spark(GENERATED)).unwrap();
+    // Counted from the log itself: one slots row per executor added.
+    let executors = log
+        .lines()
+        .filter(|l| l.contains("\"Event\":\"SparkListenerExecutorAdded\""))
+        .count() as i64;
+    assert_eq!(executors, 2);
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("copy").join("app-20261121050126-0000");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::write(
+        &copy,
+        format!("{log}{{\"Event\":\"org.example.AuditEvent\",\"note\":\"copied\"}}\n"),
+    )
+    .unwrap();
+    const SLOTS: &str = "SELECT count(*) FROM host_windows WHERE resource = 'slots'";
+
+    let store = Store::open("memory://").unwrap();
+    let first = ingest_into(&store, &[&spark(GENERATED)]).await;
+    assert!(first.rejected.is_empty(), "{:?}", first.rejected);
+    assert_eq!(count(&store, SLOTS).await, executors);
+    let tasks = count(&store, "SELECT count(*) FROM tasks").await;
+    let again = ingest_into(&store, &[&copy]).await;
+    assert_eq!(again.duplicate_files, 0, "the copy is byte-different");
+    assert_eq!(again.spark_logs, 1);
+    assert!(again.rows.is_empty(), "{:?}", again.rows);
+    assert_eq!(count(&store, SLOTS).await, executors);
+    assert_eq!(count(&store, "SELECT count(*) FROM tasks").await, tasks);
+
+    // Both in one ingest.
+    let store = Store::open("memory://").unwrap();
+    ingest_into(&store, &[&spark(GENERATED), &copy]).await;
+    assert_eq!(count(&store, SLOTS).await, executors);
+    assert_eq!(count(&store, "SELECT count(*) FROM tasks").await, tasks);
 }

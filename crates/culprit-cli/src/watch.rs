@@ -3,9 +3,11 @@
 //!
 //! Every look lists the inputs and ingests the folders in which a file is
 //! new or changed size (a folder whole, so a rolling or legacy log is read
-//! with all its parts). Nothing is ingested twice: files already stored are
-//! recognised by their content digest, rows by their keys (tasks, stages,
-//! queries, executors), and a log in progress gives only its finished
+//! with all its parts) and prints the summary of that ingest. Nothing is
+//! ingested twice: files already stored are recognised by their content
+//! digest, keyed rows by their keys (tasks, stages, queries, executors),
+//! window rows by their identity (so a grown CSV or JSON lines file adds
+//! only its new rows), and a log in progress gives only its finished
 //! queries, stages and tasks. A restart reads everything once more and
 //! stores only what is new.
 
@@ -53,9 +55,9 @@ pub async fn run(
                 if !todo.is_empty() {
                     match culprit_ingest::ingest(store, todo, &opts, &()).await {
                         Ok(report) => {
-                            if !report.rows.is_empty() || !report.rejected.is_empty() {
-                                crate::print_report(&report);
-                            }
+                            // Every look that read something says what it
+                            // found, "no new rows" too.
+                            crate::print_report(&report);
                             seen = sources.into_iter().map(|s| (s.name, s.size)).collect();
                         }
                         Err(e) => eprintln!("error: {e} (trying again)"),

@@ -1,7 +1,7 @@
 //! One ingest: read every source, check every row, write the good rows and
 //! commit them as one batch.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::Instant;
 
@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{IngestError, Result};
 use crate::formats::{self, Format, Origin, RawRows};
+use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
 use crate::validate::{self, BatchDuplicates, Known};
@@ -160,6 +161,7 @@ pub async fn ingest(
     progress.start(files, bytes);
     let mut pending = store.begin();
     let mut ctx = Ctx {
+        store,
         pending: &mut pending,
         manifest: &manifest,
         known: &mut known,
@@ -290,6 +292,7 @@ enum LogOutcome {
 
 /// The state of one ingest while it reads its inputs.
 struct Ctx<'a> {
+    store: &'a Store,
     pending: &'a mut PendingBatch,
     manifest: &'a culprit_store::Manifest,
     known: &'a mut Known,
@@ -355,9 +358,92 @@ impl Ctx<'_> {
         entry.0.push(checked.batch);
         if entry.1 >= FLUSH_ROWS {
             let (batches, _) = std::mem::take(entry);
-            self.pending.write(table, &batches).await?;
+            self.write(table, batches).await?;
         }
         Ok(())
+    }
+
+    /// Writes checked rows of a table to the batch; window rows whose
+    /// identity is already stored are dropped first.
+    async fn write(&mut self, table: Table, batches: Vec<RecordBatch>) -> Result<()> {
+        let batches = if identity::columns(table).is_empty() {
+            batches
+        } else {
+            self.drop_stored_windows(table, batches).await?
+        };
+        self.pending.write(table, &batches).await?;
+        Ok(())
+    }
+
+    /// Drops the window rows whose identity ([`identity`]) a stored row has
+    /// (counted as already stored, the stored row standing). Only the
+    /// stored files whose windows overlap these rows' are read, and of
+    /// them only the identity columns, one decoded batch at a time: memory
+    /// holds these rows' digests, not the stored table's.
+    async fn drop_stored_windows(
+        &mut self,
+        table: Table,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
+        use arrow::array::{AsArray, BooleanArray};
+        use arrow::datatypes::TimestampMicrosecondType;
+        use futures::TryStreamExt;
+        let mut span: Option<(i64, i64)> = None;
+        let mut ours: HashMap<u128, (usize, usize)> = HashMap::new();
+        for (b, batch) in batches.iter().enumerate() {
+            let ids = identity::Identities::of_batch(table, batch);
+            for i in 0..batch.num_rows() {
+                ours.insert(ids.digest(i), (b, i));
+            }
+            let time = |c: &str| {
+                batch
+                    .column_by_name(c)
+                    .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+            };
+            let first = time("window_start").and_then(arrow::compute::min);
+            let last = time("window_end").and_then(arrow::compute::max);
+            if let (Some(first), Some(last)) = (first, last) {
+                span = Some(span.map_or((first, last), |(a, z)| (a.min(first), z.max(last))));
+            }
+        }
+        let Some((first, last)) = span else {
+            return Ok(batches);
+        };
+        let files: Vec<_> = self
+            .manifest
+            .files_of(table)
+            .filter(|f| f.may_overlap(first, last))
+            .cloned()
+            .collect();
+        if files.is_empty() {
+            return Ok(batches);
+        }
+        let mut keep: Vec<Vec<bool>> = batches.iter().map(|b| vec![true; b.num_rows()]).collect();
+        let mut stored = self.store.scan_files(files, Some(identity::columns(table)));
+        while let Some(rows) = stored.try_next().await? {
+            let ids = identity::Identities::of_batch(table, &rows);
+            for i in 0..rows.num_rows() {
+                if let Some((b, r)) = ours.remove(&ids.digest(i)) {
+                    keep[b][r] = false;
+                    self.report.already_stored += 1;
+                }
+            }
+            if ours.is_empty() {
+                break;
+            }
+        }
+        batches
+            .into_iter()
+            .zip(keep)
+            .map(|(batch, keep)| {
+                if keep.iter().all(|k| *k) {
+                    return Ok(batch);
+                }
+                let mask = BooleanArray::from(keep);
+                arrow::compute::filter_record_batch(&batch, &mask)
+                    .map_err(|e| IngestError::Store(e.into()))
+            })
+            .collect()
     }
 
     /// Reads the interchange files, then the event logs, then writes what
@@ -370,7 +456,7 @@ impl Ctx<'_> {
 
     async fn flush_all(&mut self) -> Result<()> {
         for (table, (batches, _)) in std::mem::take(&mut self.buffered) {
-            self.pending.write(table, &batches).await?;
+            self.write(table, batches).await?;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ mod error;
 mod formats;
 #[doc(hidden)]
 pub mod fuzz;
+mod identity;
 mod sources;
 pub mod spark;
 mod user_table;

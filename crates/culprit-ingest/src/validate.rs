@@ -29,6 +29,12 @@ pub struct Known {
     pub stored_keys: HashMap<Table, HashSet<String>>,
     /// Keys accepted earlier in this batch: where they came from.
     pub batch_keys: HashMap<Table, HashMap<String, String>>,
+    /// Digests of the window identities accepted earlier in this batch
+    /// ([`crate::identity`]), with where they came from: an index into
+    /// `files` and the row's place in it.
+    pub batch_windows: HashMap<Table, HashMap<u128, (u32, Origin)>>,
+    /// The files named by `batch_windows`.
+    pub files: Vec<String>,
 }
 
 /// The outcome of checking one file.
@@ -74,7 +80,16 @@ pub fn check(
     if table == Table::TaskWindows {
         check_windows_in_tasks(&view, rows, known, &mut reasons);
     }
-    let already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
+    let mut already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
+    check_window_identities(
+        &view,
+        &raw,
+        file,
+        known,
+        duplicates,
+        &mut reasons,
+        &mut already,
+    );
 
     let keep: BooleanArray = (0..rows)
         .map(|i| Some(reasons.accepts(i) && !already[i]))
@@ -315,6 +330,59 @@ fn check_keys(
         }
     }
     already
+}
+
+/// Checks the identities of window rows not rejected against those accepted
+/// earlier in this batch: the same identity again is an error naming the
+/// first (or, with [`BatchDuplicates::Skip`], a skip counted as already
+/// stored), as for keys. Identities already stored are looked for when the
+/// rows are written (the driver's `drop_stored_windows`).
+fn check_window_identities(
+    columns: &Columns,
+    raw: &RawRows,
+    file: &str,
+    known: &mut Known,
+    duplicates: BatchDuplicates,
+    reasons: &mut Reasons,
+    already: &mut [bool],
+) {
+    let table = columns.table;
+    if crate::identity::columns(table).is_empty() {
+        return;
+    }
+    let ids = crate::identity::Identities::new(table, |name| {
+        table.column_index(name).map(|i| &columns.arrays[i])
+    });
+    let file_index = match known.files.iter().position(|f| f == file) {
+        Some(i) => i,
+        None => {
+            known.files.push(file.to_string());
+            known.files.len() - 1
+        }
+    } as u32;
+    let seen = known.batch_windows.entry(table).or_default();
+    for (i, skip) in already.iter_mut().enumerate() {
+        if !reasons.accepts(i) || *skip {
+            continue;
+        }
+        let digest = ids.digest(i);
+        match seen.get(&digest) {
+            None => {
+                seen.insert(digest, (file_index, raw.origins[i]));
+            }
+            Some(_) if duplicates == BatchDuplicates::Skip => *skip = true,
+            Some((f, origin)) => {
+                let first = &known.files[*f as usize];
+                reasons.reject(
+                    i,
+                    format!(
+                        "duplicate window '{}' (first at {first}:{origin})",
+                        ids.show(i)
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// Records the runs of accepted tasks, for the windows of later files.

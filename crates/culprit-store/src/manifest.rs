@@ -17,6 +17,22 @@ pub struct DataFile {
     /// are read as unbucketed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<u32>,
+    /// `task_windows` and `host_windows` only: the earliest `window_start`
+    /// and the latest `window_end` of the file's rows (microseconds since
+    /// the epoch), so that an ingest looks for its rows' identities only in
+    /// the files whose windows overlap theirs. Older files have none and
+    /// are always looked in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_span: Option<[i64; 2]>,
+}
+
+impl DataFile {
+    /// Whether the file may hold a window within `[start, end]`: yes when
+    /// its span is unknown.
+    pub fn may_overlap(&self, start: i64, end: i64) -> bool {
+        self.window_span
+            .is_none_or(|[first, last]| first <= end && start <= last)
+    }
 }
 
 /// A source file (or log) already ingested, by content hash, so that

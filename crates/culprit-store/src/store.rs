@@ -231,8 +231,16 @@ impl Store {
         table: Table,
         columns: Option<&[&str]>,
     ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+        self.scan_files(manifest.files_of(table).cloned().collect(), columns)
+    }
+
+    /// Streams the rows of these files, as [`Self::scan_table`] does.
+    pub fn scan_files(
+        &self,
+        files: Vec<DataFile>,
+        columns: Option<&[&str]>,
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
         use futures::StreamExt;
-        let files: Vec<DataFile> = manifest.files_of(table).cloned().collect();
         let columns: Option<Vec<String>> =
             columns.map(|c| c.iter().map(|s| s.to_string()).collect());
         let store = self.clone();
@@ -315,6 +323,24 @@ impl Store {
             .try_collect()
             .await
     }
+}
+
+/// The earliest `window_start` and latest `window_end` of rows of a window
+/// table (`task_windows`, `host_windows`); `None` for other tables.
+fn window_span(table: &str, batch: &RecordBatch) -> Option<[i64; 2]> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampMicrosecondType;
+    if table != Table::TaskWindows.name() && table != Table::HostWindows.name() {
+        return None;
+    }
+    let time = |c: &str| {
+        batch
+            .column_by_name(c)
+            .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+    };
+    let first = arrow::compute::min(time("window_start")?)?;
+    let last = arrow::compute::max(time("window_end")?)?;
+    Some([first, last])
 }
 
 /// A change of a user table, applied at commit.
@@ -652,17 +678,26 @@ impl PendingBatch {
                         bytes: 0,
                         batch: self.id.clone(),
                         bucket,
+                        window_span: None,
                     });
                     current = Some((w, rel, 0));
                 }
                 let (w, rel, rows) = current.as_mut().expect("writer open");
                 let take = (ROWS_PER_FILE - *rows as usize).min(batch.num_rows() - offset);
-                w.write(&batch.slice(offset, take))
+                let slice = batch.slice(offset, take);
+                w.write(&slice)
                     .await
                     .map_err(|source| StoreError::Parquet {
                         path: rel.clone(),
                         source,
                     })?;
+                if let Some(span) = window_span(name, &slice) {
+                    let file = self.files.last_mut().expect("recorded when opened");
+                    file.window_span = Some(match file.window_span {
+                        Some([a, b]) => [a.min(span[0]), b.max(span[1])],
+                        None => span,
+                    });
+                }
                 *rows += take as u64;
                 offset += take;
                 if *rows as usize >= ROWS_PER_FILE {
@@ -1061,6 +1096,10 @@ mod tests {
         assert_eq!(info.version, 1);
         let m = store.manifest().await.unwrap();
         assert_eq!(m.rows_of(Table::HostWindows), 10);
+        // Window files record the span of their windows (µs 0 to 9).
+        assert!(m
+            .files_of(Table::HostWindows)
+            .all(|f| f.window_span == Some([0, 9])));
         assert!(m.source("k1").is_some());
         let rows: usize = store
             .read_table(&m, Table::HostWindows, Some(&["host"]))

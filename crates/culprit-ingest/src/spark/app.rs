@@ -1070,6 +1070,10 @@ impl App {
         let app_end = self.end.or(self.last_time);
         let mut executors = Rows::new(Table::Executors);
         let mut slots = Rows::new(Table::HostWindows);
+        // (host, from, to), slots, the first executor's line.
+        let mut capacity: Vec<((String, i64, i64), f64, u64)> = Vec::new();
+        let mut index: std::collections::HashMap<(String, i64, i64), usize> =
+            std::collections::HashMap::new();
         for (id, x) in &self.executors {
             if !x.is_executor() || (x.removed.is_none() && !final_log) {
                 continue;
@@ -1111,18 +1115,31 @@ impl App {
                 x.removed.or(app_end),
             ) {
                 if to > from {
-                    slots.push(
-                        Origin::Line(x.line),
-                        vec![
-                            ("host", LogValue::S(host.to_string())),
-                            ("window_start", time(Some(from))),
-                            ("window_end", time(Some(to))),
-                            ("resource", LogValue::S("slots".into())),
-                            ("capacity", LogValue::F(n)),
-                        ],
-                    );
+                    // Executors of one host with the same life are one
+                    // row (a window row's identity is host, resource and
+                    // window): their slots add up.
+                    let at = (host.to_string(), from, to);
+                    match index.get(&at) {
+                        Some(&k) => capacity[k].1 += n,
+                        None => {
+                            index.insert(at.clone(), capacity.len());
+                            capacity.push((at, n, x.line));
+                        }
+                    }
                 }
             }
+        }
+        for ((host, from, to), n, line) in capacity {
+            slots.push(
+                Origin::Line(line),
+                vec![
+                    ("host", LogValue::S(host)),
+                    ("window_start", time(Some(from))),
+                    ("window_end", time(Some(to))),
+                    ("resource", LogValue::S("slots".into())),
+                    ("capacity", LogValue::F(n)),
+                ],
+            );
         }
         (executors, slots)
     }

@@ -1,0 +1,169 @@
+//! The identity of a window row: which row it is, so that a window read
+//! again (a folder ingested again, a file that grew under `--watch`, a
+//! byte-different copy of a Spark log) is stored once.
+//!
+//! The interchange spec has one `task_windows` row "per task, window and
+//! resource" (with `detail` the finer kind of request) and `host_windows`
+//! rows per host, window and resource; those columns are the identity. The
+//! amounts (`blocked`, `acquired`, `gc`, `capacity`, `used`) are not part of
+//! it: a row whose identity is already stored is skipped like a keyed row
+//! whose key is stored (the stored row stands).
+//!
+//! Identities are compared by a 128-bit digest (two SipHash-1-3 of the
+//! values, length-prefixed so that no two different identities give the
+//! same bytes). Digests are never stored: they are computed again from the
+//! columns of each file read.
+
+use std::hash::{DefaultHasher, Hasher};
+
+use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
+use arrow::datatypes::TimestampMicrosecondType;
+use culprit_core::Table;
+
+/// The identity columns of a window table, in the order they are shown;
+/// empty for the other tables (they have keys, [`Table::key_columns`]).
+pub fn columns(table: Table) -> &'static [&'static str] {
+    match table {
+        Table::TaskWindows => &[
+            "task_id",
+            "resource",
+            "detail",
+            "window_start",
+            "window_end",
+        ],
+        Table::HostWindows => &["host", "resource", "window_start", "window_end"],
+        _ => &[],
+    }
+}
+
+/// One identity column, as read.
+enum Part<'a> {
+    Text(Option<&'a StringArray>),
+    Time(Option<&'a PrimitiveArray<TimestampMicrosecondType>>),
+}
+
+/// The identity columns of some rows of a window table.
+pub struct Identities<'a> {
+    parts: Vec<Part<'a>>,
+}
+
+impl<'a> Identities<'a> {
+    /// The identity columns of `table` found by `column` (by name); a
+    /// column that is missing (an optional one, in an older file) is NULL.
+    pub fn new(table: Table, column: impl Fn(&str) -> Option<&'a ArrayRef>) -> Identities<'a> {
+        let parts = columns(table)
+            .iter()
+            .map(|name| {
+                let array = column(name);
+                if name.starts_with("window_") {
+                    Part::Time(array.and_then(|a| a.as_primitive_opt()))
+                } else {
+                    Part::Text(array.and_then(|a| a.as_string_opt::<i32>()))
+                }
+            })
+            .collect();
+        Identities { parts }
+    }
+
+    /// The identity columns of a batch (the canonical schema or a
+    /// projection of it).
+    pub fn of_batch(table: Table, batch: &'a RecordBatch) -> Identities<'a> {
+        Identities::new(table, |name| batch.column_by_name(name))
+    }
+
+    /// The digest of row `i`'s identity.
+    pub fn digest(&self, i: usize) -> u128 {
+        let (mut a, mut b) = (DefaultHasher::new(), DefaultHasher::new());
+        a.write_u8(0x5a);
+        b.write_u8(0xa5);
+        for part in &self.parts {
+            let mut put = |bytes: &[u8]| {
+                a.write(bytes);
+                b.write(bytes);
+            };
+            match part {
+                Part::Text(Some(s)) if s.is_valid(i) => {
+                    let v = s.value(i).as_bytes();
+                    put(&[1]);
+                    put(&(v.len() as u64).to_le_bytes());
+                    put(v);
+                }
+                Part::Time(Some(t)) if t.is_valid(i) => {
+                    put(&[1]);
+                    put(&t.value(i).to_le_bytes());
+                }
+                _ => put(&[0]),
+            }
+        }
+        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    }
+
+    /// Row `i`'s identity as shown in a message: the values joined by `/`
+    /// (times in RFC 3339, NULL as nothing).
+    pub fn show(&self, i: usize) -> String {
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Text(Some(s)) if s.is_valid(i) => s.value(i).to_string(),
+                Part::Time(Some(t)) if t.is_valid(i) => {
+                    chrono::DateTime::from_timestamp_micros(t.value(i))
+                        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+                        .unwrap_or_else(|| t.value(i).to_string())
+                }
+                _ => String::new(),
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::TimestampMicrosecondArray;
+    use std::sync::Arc;
+
+    fn rows(hosts: &[Option<&str>], resources: &[&str], starts: &[i64]) -> RecordBatch {
+        let n = hosts.len();
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(hosts.to_vec())),
+            Arc::new(TimestampMicrosecondArray::from(starts.to_vec()).with_timezone("UTC")),
+            Arc::new(TimestampMicrosecondArray::from(vec![10_000_000; n]).with_timezone("UTC")),
+            Arc::new(StringArray::from(resources.to_vec())),
+            Arc::new(arrow::array::Float64Array::from(vec![Some(1.0); n])),
+            Arc::new(arrow::array::Float64Array::from(vec![None; n])),
+        ];
+        // Nullable, unlike the stored schema: a NULL must have its own digest.
+        let fields: Vec<arrow::datatypes::Field> = Table::HostWindows
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        RecordBatch::try_new(schema, cols).unwrap()
+    }
+
+    #[test]
+    fn digests_tell_identities_apart_and_ignore_amounts() {
+        let b = rows(
+            &[Some("h1"), Some("h1"), Some("h1c"), Some("h1"), None],
+            &["cpu", "cpu", "pu", "network", "cpu"],
+            &[0, 0, 0, 0, 0],
+        );
+        let ids = Identities::of_batch(Table::HostWindows, &b);
+        assert_eq!(ids.digest(0), ids.digest(1));
+        // "h1"+"cpu" and "h1c"+"pu" have the same bytes, not the same identity.
+        assert_ne!(ids.digest(0), ids.digest(2));
+        assert_ne!(ids.digest(0), ids.digest(3));
+        assert_ne!(ids.digest(0), ids.digest(4));
+        assert_eq!(
+            ids.show(0),
+            "h1/cpu/1970-01-01T00:00:00Z/1970-01-01T00:00:10Z"
+        );
+        // A projection finds the same identity.
+        let projected = b.project(&[3, 0, 1, 2]).unwrap();
+        let p = Identities::of_batch(Table::HostWindows, &projected);
+        assert_eq!(p.digest(0), ids.digest(0));
+    }
+}
