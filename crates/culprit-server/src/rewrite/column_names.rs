@@ -40,11 +40,11 @@ fn figure(e: &Expr) -> Option<(String, bool)> {
             Some((name, true))
         }
         Expr::Cast {
-            kind,
+            kind: CastKind::Cast | CastKind::DoubleColon,
             expr,
             data_type,
             ..
-        } if matches!(kind, CastKind::Cast | CastKind::DoubleColon) => match figure(expr) {
+        } => match figure(expr) {
             None if matches!(**expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) => {
                 Some((column(expr)?, true))
             }
