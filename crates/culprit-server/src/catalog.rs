@@ -307,11 +307,7 @@ fn roles(schema: SchemaRef, roles: &[RoleRow]) -> Result<Arc<dyn TableProvider>>
             .collect();
         columns.push(column(values, field.data_type())?);
     }
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
-        schema,
-        vec![vec![batch]],
-    )?))
+    mem_table(schema, columns)
 }
 
 /// What `information_schema.views` reads (`rewrite/mod.rs` names it so;
@@ -359,11 +355,7 @@ fn information_schema_views() -> Result<Arc<dyn TableProvider>> {
             Arc::new(values) as ArrayRef
         })
         .collect();
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
-        schema,
-        vec![vec![batch]],
-    )?))
+    mem_table(schema, columns)
 }
 
 /// `pg_views`: culprit's views (`culprit_sql::VIEWS`) with their
@@ -387,11 +379,7 @@ fn views(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
             cast(&values, field.data_type())
         })
         .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
-        schema,
-        vec![vec![batch]],
-    )?))
+    mem_table(schema, columns)
 }
 
 /// The array columns of `pg_index` and `pg_constraint` (int2vector,
@@ -437,6 +425,15 @@ fn no_rows(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
     )?))
 }
 
+/// A table of one batch of `columns`.
+fn mem_table(schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<Arc<dyn TableProvider>> {
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
+}
+
 /// `pg_settings`: culprit's settings (`compat::SETTINGS`, which
 /// `current_setting` reads too), in the built-in view's columns.
 fn settings(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
@@ -464,11 +461,7 @@ fn settings(schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
             .collect();
         columns.push(column(values, field.data_type())?);
     }
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    Ok(Arc::new(datafusion::datasource::MemTable::try_new(
-        schema,
-        vec![vec![batch]],
-    )?))
+    mem_table(schema, columns)
 }
 
 /// `pg_proc`: the built-in rows, then culprit's.

@@ -229,30 +229,33 @@ fn items(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// A function of one text argument giving a text array (NULL in, NULL out).
-fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
-    use datafusion::arrow::array::{ListBuilder, StringBuilder};
+/// A function of one text argument giving a list of `item`s, each text's
+/// elements pushed by `push` (NULL in, NULL out).
+fn list_of<B>(
+    ctx: &SessionContext,
+    name: &str,
+    item: DataType,
+    push: impl Fn(&str, &mut B) -> datafusion::common::Result<()> + Send + Sync + 'static,
+) where
+    B: datafusion::arrow::array::ArrayBuilder + Default,
+{
+    use datafusion::arrow::array::ListBuilder;
     use datafusion::arrow::datatypes::Field;
     ctx.register_udf(create_udf(
         name,
         vec![DataType::Utf8],
-        DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+        DataType::List(Arc::new(Field::new_list_field(item, true))),
         Volatility::Immutable,
         Arc::new(move |args: &[ColumnarValue]| {
-            let arr: ArrayRef = match &args[0] {
-                ColumnarValue::Scalar(s) => s.to_array()?,
-                ColumnarValue::Array(a) => a.clone(),
-            };
+            let arr = args[0].to_array(1)?;
             let text = arr.as_string::<i32>();
-            let mut b = ListBuilder::new(StringBuilder::new());
+            let mut b = ListBuilder::new(B::default());
             for i in 0..text.len() {
                 if text.is_null(i) {
                     b.append(false);
                     continue;
                 }
-                for x in f(text.value(i)) {
-                    b.values().append_value(x);
-                }
+                push(text.value(i), b.values())?;
                 b.append(true);
             }
             let out: ArrayRef = Arc::new(b.finish());
@@ -266,44 +269,42 @@ fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
     ));
 }
 
+/// A function of one text argument giving a text array (NULL in, NULL out).
+fn text_list(ctx: &SessionContext, name: &str, f: fn(&str) -> Vec<String>) {
+    use datafusion::arrow::array::StringBuilder;
+    list_of(
+        ctx,
+        name,
+        DataType::Utf8,
+        move |text, b: &mut StringBuilder| {
+            for x in f(text) {
+                b.append_value(x);
+            }
+            Ok(())
+        },
+    );
+}
+
 /// `culprit_oid_array(text)`: an oid array kept as text (`{1,2}` or
 /// `[1, 2]`) as `int8[]`; NULL in, NULL out.
 fn oid_list(ctx: &SessionContext, name: &'static str) {
-    use datafusion::arrow::array::{Int64Builder, ListBuilder};
-    use datafusion::arrow::datatypes::Field;
-    ctx.register_udf(create_udf(
+    use datafusion::arrow::array::Int64Builder;
+    list_of(
+        ctx,
         name,
-        vec![DataType::Utf8],
-        DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))),
-        Volatility::Immutable,
-        Arc::new(move |args: &[ColumnarValue]| {
-            let arr = args[0].to_array(1)?;
-            let text = arr.as_string::<i32>();
-            let mut b = ListBuilder::new(Int64Builder::new());
-            for i in 0..text.len() {
-                if text.is_null(i) {
-                    b.append(false);
-                    continue;
-                }
-                for x in items(text.value(i)) {
-                    let oid = x.parse::<i64>().map_err(|_| {
-                        datafusion::error::DataFusionError::Execution(format!(
-                            "{name}: '{x}' is not an oid"
-                        ))
-                    })?;
-                    b.values().append_value(oid);
-                }
-                b.append(true);
+        DataType::Int64,
+        move |text, b: &mut Int64Builder| {
+            for x in items(text) {
+                let oid = x.parse::<i64>().map_err(|_| {
+                    datafusion::error::DataFusionError::Execution(format!(
+                        "{name}: '{x}' is not an oid"
+                    ))
+                })?;
+                b.append_value(oid);
             }
-            let out: ArrayRef = Arc::new(b.finish());
-            Ok(match &args[0] {
-                ColumnarValue::Scalar(_) => {
-                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-                }
-                ColumnarValue::Array(_) => ColumnarValue::Array(out),
-            })
-        }),
-    ));
+            Ok(())
+        },
+    );
 }
 
 /// `information_schema._pg_expandarray(a)`: PostgreSQL's set of `(x, n)`
