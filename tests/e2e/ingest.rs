@@ -508,7 +508,7 @@ async fn ingest_of_a_grown_window_file_adds_only_new_rows() {
     assert_eq!(
         got,
         [format!(
-            "{f}: line 3: duplicate window 'h2/cpu/2026-01-01T00:00:00Z/2026-01-01T00:00:05Z' \
+            "{f}: line 3: duplicate window 'h2/cpu//2026-01-01T00:00:00Z/2026-01-01T00:00:05Z' \
              (first at {f}:line 2)"
         )]
     );

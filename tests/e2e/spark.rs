@@ -439,6 +439,74 @@ async fn a_task_matches_its_event_line() {
         slots[0].column(0).as_primitive::<Float64Type>().value(0),
         4.0
     );
+    // Slots belong to the application: the rows' scope is its id, which the
+    // log's SparkListenerApplicationStart gives.
+    let scope = query(
+        &store,
+        "SELECT DISTINCT scope FROM host_windows WHERE resource = 'slots'",
+    )
+    .await;
+    assert_eq!(scope[0].num_rows(), 1);
+    assert_eq!(
+        scope[0].column(0).as_string::<i32>().value(0),
+        "app-20261121050126-0000"
+    );
+}
+
+/// Executors, and so their slots, belong to one application (issue 16): two
+/// applications running at the same time on the same host never blame each
+/// other for slot waits. The generated log, and a copy of it under another
+/// application id (same times, same host), in one store: every slot wait of
+/// one application is blamed on its own queries (or `unknown`), never on
+/// the other's. Cluster-wide, as before, about half went to the other copy.
+#[tokio::test]
+async fn applications_never_blame_each_other_for_slots() {
+    const A: &str = "app-20261121050126-0000";
+    const B: &str = "app-20261121050126-0001";
+    let tmp = tempfile::tempdir().unwrap();
+    let log = std::fs::read_to_string(spark(GENERATED)).unwrap();
+    assert!(log.contains(A));
+    std::fs::write(tmp.path().join(B), log.replace(A, B)).unwrap();
+    let store = Store::open("memory://").unwrap();
+    ingest_into(&store, &[&spark(GENERATED), &tmp.path().join(B)]).await;
+    // Each application's executors are its own slot pool.
+    let b = query(
+        &store,
+        "SELECT scope, sum(capacity) FROM host_windows WHERE resource = 'slots' \
+         GROUP BY scope ORDER BY scope",
+    )
+    .await;
+    let scopes: Vec<(String, f64)> = (0..b[0].num_rows())
+        .map(|i| {
+            (
+                b[0].column(0).as_string::<i32>().value(i).to_string(),
+                b[0].column(1).as_primitive::<Float64Type>().value(i),
+            )
+        })
+        .collect();
+    assert_eq!(scopes, [(A.to_string(), 4.0), (B.to_string(), 4.0)]);
+    for (me, other) in [(A, B), (B, A)] {
+        let b = query(
+            &store,
+            &format!(
+                "SELECT sum(CASE WHEN culprit_query LIKE '{me}%' THEN blame_seconds ELSE 0 END), \
+                 sum(CASE WHEN culprit_query LIKE '{other}%' THEN blame_seconds ELSE 0 END) \
+                 FROM blame(NULL, 'victim_stages=all', 'slots=direct') \
+                 WHERE resource = 'slots' AND victim_query LIKE '{me}%'"
+            ),
+        )
+        .await;
+        let own = b[0].column(0).as_primitive::<Float64Type>().value(0);
+        let across = b[0].column(1).as_primitive::<Float64Type>().value(0);
+        assert!(
+            own > 1.0,
+            "{me}: its slot waits are blamed on its own queries ({own} s)"
+        );
+        assert_eq!(
+            across, 0.0,
+            "{me}: {across} s of slot wait blamed on {other}"
+        );
+    }
 }
 
 /// The same log written by each codec's Java library, as Spark writes event

@@ -128,6 +128,9 @@ const HOST_WINDOWS: &[ColumnSpec] = &[
     col("resource", Str, true),
     col("capacity", Float, false),
     col("used", Float, false),
+    // culprit's addition: the slot pool of a `slots` row (an application's
+    // `app_id` or a queries `pool`); NULL is the cluster's shared pool.
+    col("scope", Str, false),
 ];
 
 const EXECUTORS: &[ColumnSpec] = &[

@@ -110,6 +110,15 @@ impl Engine {
         while let Some(b) = stages.try_next().await? {
             ds.add_stages(&b);
         }
+        // A query's application and pool name its slot pool.
+        let mut queries = self.store.scan_table(
+            manifest,
+            Table::Queries,
+            Some(&["query_id", "app_id", "pool"]),
+        );
+        while let Some(b) = queries.try_next().await? {
+            ds.add_queries(&b);
+        }
         if windows {
             ds.reserve_windows(manifest.rows_of(Table::TaskWindows) as usize);
             // The biggest table: decode on another worker while this one

@@ -31,7 +31,7 @@ pub fn columns(table: Table) -> &'static [&'static str] {
             "window_start",
             "window_end",
         ],
-        Table::HostWindows => &["host", "resource", "window_start", "window_end"],
+        Table::HostWindows => &["host", "resource", "scope", "window_start", "window_end"],
         _ => &[],
     }
 }
@@ -123,7 +123,12 @@ mod tests {
     use arrow::array::TimestampMicrosecondArray;
     use std::sync::Arc;
 
-    fn rows(hosts: &[Option<&str>], resources: &[&str], starts: &[i64]) -> RecordBatch {
+    fn rows(
+        hosts: &[Option<&str>],
+        resources: &[&str],
+        starts: &[i64],
+        scopes: &[Option<&str>],
+    ) -> RecordBatch {
         let n = hosts.len();
         let cols: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(hosts.to_vec())),
@@ -132,6 +137,7 @@ mod tests {
             Arc::new(StringArray::from(resources.to_vec())),
             Arc::new(arrow::array::Float64Array::from(vec![Some(1.0); n])),
             Arc::new(arrow::array::Float64Array::from(vec![None; n])),
+            Arc::new(StringArray::from(scopes.to_vec())),
         ];
         // Nullable, unlike the stored schema: a NULL must have its own digest.
         let fields: Vec<arrow::datatypes::Field> = Table::HostWindows
@@ -147,9 +153,17 @@ mod tests {
     #[test]
     fn digests_tell_identities_apart_and_ignore_amounts() {
         let b = rows(
-            &[Some("h1"), Some("h1"), Some("h1c"), Some("h1"), None],
-            &["cpu", "cpu", "pu", "network", "cpu"],
-            &[0, 0, 0, 0, 0],
+            &[
+                Some("h1"),
+                Some("h1"),
+                Some("h1c"),
+                Some("h1"),
+                None,
+                Some("h1"),
+            ],
+            &["cpu", "cpu", "pu", "network", "cpu", "cpu"],
+            &[0, 0, 0, 0, 0, 0],
+            &[None, None, None, None, None, Some("app-1")],
         );
         let ids = Identities::of_batch(Table::HostWindows, &b);
         assert_eq!(ids.digest(0), ids.digest(1));
@@ -157,9 +171,15 @@ mod tests {
         assert_ne!(ids.digest(0), ids.digest(2));
         assert_ne!(ids.digest(0), ids.digest(3));
         assert_ne!(ids.digest(0), ids.digest(4));
+        // Another slot pool's row is another row.
+        assert_ne!(ids.digest(0), ids.digest(5));
         assert_eq!(
             ids.show(0),
-            "h1/cpu/1970-01-01T00:00:00Z/1970-01-01T00:00:10Z"
+            "h1/cpu//1970-01-01T00:00:00Z/1970-01-01T00:00:10Z"
+        );
+        assert_eq!(
+            ids.show(5),
+            "h1/cpu/app-1/1970-01-01T00:00:00Z/1970-01-01T00:00:10Z"
         );
         // A projection finds the same identity.
         let projected = b.project(&[3, 0, 1, 2]).unwrap();

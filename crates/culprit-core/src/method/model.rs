@@ -116,6 +116,9 @@ pub struct HostRow {
     pub end: Micros,
     pub capacity: Option<f64>,
     pub used: Option<f64>,
+    /// For `slots` rows: the slot pool they belong to, an id of
+    /// [`Dataset::scopes`]; 0 is the cluster's shared pool.
+    pub scope: u32,
 }
 
 /// All telemetry the method needs, interned.
@@ -133,6 +136,11 @@ pub struct Dataset {
     pub windows: Vec<Vec<WindowRow>>,
     /// Host rows per group `host * 6 + resource`.
     pub host_rows: Vec<Vec<HostRow>>,
+    /// Slot pools (`host_windows.scope`) and the `app_id` and `pool` of
+    /// queries; id 0 is "" (the shared pool, or none).
+    pub scopes: Interner,
+    /// Per query name: the scope ids of its `app_id` and `pool`.
+    pub query_scopes: FxHashMap<String, [u32; 2]>,
     /// Rows that named an unknown task or host, skipped.
     pub skipped_rows: usize,
     /// Task rows skipped as duplicates that named another host than the
@@ -151,6 +159,7 @@ impl Dataset {
     pub fn new() -> Self {
         let mut d = Dataset::default();
         d.details.intern("");
+        d.scopes.intern("");
         d
     }
 
@@ -488,11 +497,72 @@ impl Dataset {
         by
     }
 
+    /// Adds the `app_id` and `pool` of `queries` rows: what names a query's
+    /// slot pool ([`Dataset::slot_scopes`]).
+    pub fn add_queries(&mut self, batch: &RecordBatch) {
+        let Some(q) = text(batch, "query_id") else {
+            return;
+        };
+        let (app, pool) = (text(batch, "app_id"), text(batch, "pool"));
+        for i in 0..batch.num_rows() {
+            if q.is_null(i) {
+                continue;
+            }
+            let mut id = |a: &Option<StringArray>| match a {
+                Some(a) if a.is_valid(i) => self.scopes.intern(a.value(i)),
+                _ => 0,
+            };
+            let ids = [id(&app), id(&pool)];
+            self.query_scopes.insert(q.value(i).to_string(), ids);
+        }
+    }
+
+    /// The slot pool of each stage (method.md section 5, `slots`): its
+    /// query's `app_id` when some `slots` rows belong to that scope (a Spark
+    /// application's executors), else its `pool` when some do (a shared queue),
+    /// else 0, the cluster's shared pool. A task waits only for slots of its
+    /// own pool, held by tasks of that pool.
+    pub fn slot_scopes(&self) -> Vec<u32> {
+        let slots = resource_index(Resource::Slots);
+        let mut scoped = vec![false; self.scopes.len()];
+        for (g, rows) in self.host_rows.iter().enumerate() {
+            if g % N_RES == slots {
+                for r in rows {
+                    scoped[r.scope as usize] = true;
+                }
+            }
+        }
+        if let Some(shared) = scoped.first_mut() {
+            *shared = false;
+        }
+        if !scoped.contains(&true) {
+            return vec![0; self.stages.len()];
+        }
+        let mut of_query: FxHashMap<u32, u32> = FxHashMap::default();
+        self.stages
+            .iter()
+            .map(|st| {
+                *of_query.entry(st.query).or_insert_with(|| {
+                    let [app, pool] = self
+                        .query_scopes
+                        .get(self.queries.name(st.query))
+                        .copied()
+                        .unwrap_or([0, 0]);
+                    [app, pool]
+                        .into_iter()
+                        .find(|&s| scoped[s as usize])
+                        .unwrap_or(0)
+                })
+            })
+            .collect()
+    }
+
     /// Adds `host_windows` rows. Rows of hosts no task ran on are kept too.
     pub fn add_host_windows(&mut self, batch: &RecordBatch) {
         let (Some(h), Some(res)) = (text(batch, "host"), text(batch, "resource")) else {
             return;
         };
+        let scope = text(batch, "scope");
         let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
         let f = |name: &str| {
             batch
@@ -513,12 +583,17 @@ impl Dataset {
                 continue;
             };
             let host = self.hosts.intern(h.value(i));
+            let scope = match &scope {
+                Some(a) if a.is_valid(i) => self.scopes.intern(a.value(i)),
+                _ => 0,
+            };
             self.ensure_groups();
             self.host_rows[Dataset::group(host, r)].push(HostRow {
                 start: s,
                 end: e,
                 capacity: opt(&cap, i),
                 used: opt(&used, i),
+                scope,
             });
         }
     }

@@ -779,11 +779,54 @@ pub fn sweep_slots(
     for (host, rows) in slot_rows.iter().enumerate() {
         check_host_rows(ds, host as u32, Resource::Slots, rows)?;
     }
+    // One sweep per slot pool a victim waits in: a task waits only for the
+    // slots of its own pool, held by tasks of that pool.
+    let scopes = ds.slot_scopes();
+    let mut pools: Vec<u32> = scopes
+        .iter()
+        .zip(victim)
+        .filter(|(_, v)| **v)
+        .map(|(s, _)| *s)
+        .collect();
+    pools.sort_unstable();
+    pools.dedup();
+    let mut cells = Cells::default();
+    for pool in pools {
+        let rows: Vec<(usize, HostRow)> = slot_rows
+            .iter()
+            .enumerate()
+            .flat_map(|(host, r)| r.iter().map(move |h| (host, *h)))
+            .filter(|(_, h)| h.scope == pool)
+            .collect();
+        let in_pool = |stage: u32| scopes[stage as usize] == pool;
+        let part = sweep_slot_pool(ds, slot_rows.len(), &rows, in_pool, victim, windows, mode)?;
+        if cells.is_empty() {
+            cells = part;
+        } else {
+            for (k, v) in part {
+                *cells.entry(k).or_insert(0.0) += v;
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// The slot sweep of one pool: its tasks (`in_pool` of their stage) and its
+/// capacity rows `(host, row)` of `hosts` hosts.
+fn sweep_slot_pool(
+    ds: &Dataset,
+    hosts: usize,
+    slot_rows: &[(usize, HostRow)],
+    in_pool: impl Fn(u32) -> bool,
+    victim: &[bool],
+    windows: &Windows,
+    mode: Attribution,
+) -> Result<Cells, MethodError> {
     let (from, to) = windows.whole();
     // (time, kind: 0 hold, 1 wait, 2 capacity, 3 window bound, delta,
     // stage, capacity row or window)
     let mut events: Vec<(Micros, u8, i8, u32)> = Vec::new();
-    for t in &ds.tasks {
+    for t in ds.tasks.iter().filter(|t| in_pool(t.stage)) {
         if let Some((s, e)) = clip(t.launch, t.finish, from, to) {
             events.push((s, 0, 1, t.stage));
             events.push((e, 0, -1, t.stage));
@@ -803,12 +846,11 @@ pub fn sweep_slots(
     // its active rows (overlapping rows count once), hosts add up.
     let caps: Vec<(usize, f64)> = slot_rows
         .iter()
-        .enumerate()
-        .flat_map(|(host, r)| r.iter().map(move |h| (host, h.capacity.unwrap_or(0.0))))
+        .map(|(host, h)| (*host, h.capacity.unwrap_or(0.0)))
         .collect();
-    let mut host_caps: Vec<Vec<f64>> = vec![Vec::new(); slot_rows.len()];
+    let mut host_caps: Vec<Vec<f64>> = vec![Vec::new(); hosts];
     let mut cap_rows = 0i64;
-    for (i, h) in slot_rows.iter().flat_map(|r| r.iter()).enumerate() {
+    for (i, (_, h)) in slot_rows.iter().enumerate() {
         if let (Some((s, e)), Some(_)) = (clip(h.start, h.end, from, to), h.capacity) {
             events.push((s, 2, 1, i as u32));
             events.push((e, 2, -1, i as u32));

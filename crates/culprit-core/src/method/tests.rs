@@ -14,10 +14,13 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9 * (1.0 + a.abs().max(b.abs()))
 }
 
+/// Every stage of the victims, slot waits blamed directly (the paper's form,
+/// that of the worked examples).
 fn all_stages(victims: &[&str]) -> BlameOptions {
     BlameOptions {
         victims: Some(victims.iter().map(|v| v.to_string()).collect()),
         stages: VictimStages::All,
+        slots: SlotBlame::Direct,
         ..Default::default()
     }
 }
@@ -58,6 +61,7 @@ fn example_1() -> Dataset {
             end: S,
             capacity: Some(210.0),
             used: None,
+            scope: 0,
         },
     );
     ds
@@ -132,6 +136,7 @@ fn gc_external_unknown_self() {
             end: 10 * S,
             capacity: Some(2.0),
             used: Some(15.0),
+            scope: 0,
         },
     );
     let (_, entries) = blame(
@@ -161,6 +166,7 @@ fn gc_external_unknown_self() {
             end: 10 * S,
             capacity: Some(2.0),
             used: Some(15.0),
+            scope: 0,
         },
     );
     let (_, entries) = blame(&ds2, &all_stages(&["V"])).unwrap();
@@ -196,6 +202,7 @@ fn slots_direct_and_transitive() {
             end: 10 * S,
             capacity: None,
             used: Some(200.0),
+            scope: 0,
         },
     );
     // Victim ready at 2 s, launched at 10 s: 8 s of slot wait.
@@ -222,6 +229,14 @@ fn slots_direct_and_transitive() {
     assert!(close(m["external"], 4.0), "{m:?}");
     assert!(close(m["H"], 4.0), "{m:?}");
     assert!(trans.iter().any(|e| e.via().is_some()));
+    // Transitive slot blame is the default (issue 16); `slots=direct` the option.
+    let opts = BlameOptions {
+        victims: Some(vec!["V".into()]),
+        stages: VictimStages::All,
+        ..Default::default()
+    };
+    let (_, default) = blame(&ds, &opts).unwrap();
+    assert_eq!(by_culprit(&ds, &default), m);
 }
 
 #[test]
@@ -368,6 +383,7 @@ fn build(tasks: &[RandTask], split: bool, host_rows: bool) -> Dataset {
                         // Measured use above what the tasks account for.
                         capacity: Some(1e6),
                         used: Some(40.0 * 1e5),
+                        scope: 0,
                     },
                 );
                 // An overlapping row (another collector): less capacity,
@@ -380,6 +396,7 @@ fn build(tasks: &[RandTask], split: bool, host_rows: bool) -> Dataset {
                         end: 30 * S,
                         capacity: Some(5e5),
                         used: Some(20.0 * 3e5),
+                        scope: 0,
                     },
                 );
             }
@@ -628,7 +645,7 @@ proptest! {
             .map(|&(s, l, c, h)| (s as i64 * S, (s as i64 + l as i64) * S, c as f64, h))
             .collect();
         for &(s, e, c, h) in &caps {
-            ds.add_host_row(&format!("h{h}"), Resource::Slots, HostRow { start: s, end: e, capacity: Some(c), used: None });
+            ds.add_host_row(&format!("h{h}"), Resource::Slots, HostRow { start: s, end: e, capacity: Some(c), used: None, scope: 0, });
         }
         let rows: Vec<&[HostRow]> = (0..ds.hosts.len())
             .map(|h| ds.host_rows[Dataset::group(h as u32, Resource::Slots)].as_slice())
@@ -738,7 +755,7 @@ proptest! {
         let mut ds = build(&tasks, false, hosts);
         for &(s, l, c) in &caps {
             let (s, e) = (s as i64 * S, (s as i64 + l as i64) * S);
-            ds.add_host_row("h0", Resource::Slots, HostRow { start: s, end: e, capacity: Some(c as f64), used: None });
+            ds.add_host_row("h0", Resource::Slots, HostRow { start: s, end: e, capacity: Some(c as f64), used: None, scope: 0, });
         }
         let (from, to) = (from_ds * S / 10, (from_ds + span_ds) * S / 10);
         let step = step_ms * 1000;
@@ -827,6 +844,7 @@ fn victim_task_never_blames_itself() {
                     end: S,
                     capacity,
                     used: None,
+                    scope: 0,
                 },
             );
         }
@@ -905,6 +923,7 @@ fn overlapping_host_rows_are_not_added() {
                 end,
                 capacity: Some(120.0),
                 used: Some(used),
+                scope: 0,
             },
         );
     }
@@ -943,6 +962,7 @@ fn overlapping_slot_rows_are_not_added() {
                     end: 20 * S,
                     capacity: Some(2.0),
                     used: None,
+                    scope: 0,
                 },
             )
         };
@@ -956,6 +976,93 @@ fn overlapping_slot_rows_are_not_added() {
         assert!(close(m["H"], want_h), "n2 {n2}: {m:?}");
         assert!(close(m["unknown"], 8.0 - want_h), "n2 {n2}: {m:?}");
     }
+}
+
+/// A task waits only for the slots of its own pool (issue 16): Spark
+/// executors, and so their slots, belong to one application. Apps A and B
+/// have one slot each (on n1 and n2). HA holds A's slot 0..6 s, HB holds B's
+/// 0..10 s; VA (app A) is ready at 2 s and launched at 6 s: its 4 s of slot
+/// wait are all HA's. Cluster-wide (before), capacity 2 was fully held by HA
+/// and HB, so HB got 2 s of a wait it never caused.
+/// VP names no application with slots but its pool `etl`, which has its own
+/// slot (on n3, held by HP 0..4 s): its 2 s wait (2..4 s) goes to HP alone.
+#[test]
+fn slot_waits_stay_in_their_pool() {
+    use arrow::array::{RecordBatch, StringArray};
+    let mut ds = Dataset::new();
+    let t =
+        |ds: &mut Dataset, id: &str, q: &str, host: &str, a: i64, b: i64, ready: Option<i64>| {
+            ds.add_task(
+                id,
+                q,
+                "0",
+                host,
+                a * S,
+                b * S,
+                ready.map(|r| r * S),
+                Totals::default(),
+            );
+        };
+    t(&mut ds, "ha", "HA", "n1", 0, 6, None);
+    t(&mut ds, "hb", "HB", "n2", 0, 10, None);
+    t(&mut ds, "va", "VA", "n1", 6, 7, Some(2));
+    t(&mut ds, "hp", "HP", "n3", 0, 4, None);
+    t(&mut ds, "vp", "VP", "n3", 4, 5, Some(2));
+    let queries = RecordBatch::try_from_iter([
+        (
+            "query_id",
+            std::sync::Arc::new(StringArray::from(vec!["HA", "HB", "VA", "HP", "VP"])) as _,
+        ),
+        (
+            "app_id",
+            std::sync::Arc::new(StringArray::from(vec![
+                Some("A"),
+                Some("B"),
+                Some("A"),
+                None,
+                Some("X"),
+            ])) as _,
+        ),
+        (
+            "pool",
+            std::sync::Arc::new(StringArray::from(vec![
+                None,
+                None,
+                None,
+                Some("etl"),
+                Some("etl"),
+            ])) as _,
+        ),
+    ])
+    .unwrap();
+    ds.add_queries(&queries);
+    for (host, scope) in [("n1", "A"), ("n2", "B"), ("n3", "etl")] {
+        let scope = ds.scopes.intern(scope);
+        ds.add_host_row(
+            host,
+            Resource::Slots,
+            HostRow {
+                start: 0,
+                end: 20 * S,
+                capacity: Some(1.0),
+                used: None,
+                scope,
+            },
+        );
+    }
+    let (_, entries) = blame(&ds, &all_stages(&["VA"])).unwrap();
+    let m = by_culprit(&ds, &entries);
+    assert!(close(m["HA"], 4.0), "{m:?}");
+    assert!(!m.contains_key("HB") && !m.contains_key("HP"), "{m:?}");
+    let (_, entries) = blame(&ds, &all_stages(&["VP"])).unwrap();
+    let m = by_culprit(&ds, &entries);
+    assert!(close(m["HP"], 2.0), "{m:?}");
+    assert_eq!(m.len(), 1, "{m:?}");
+    // Both victims at once: each still only in its own pool.
+    let (_, entries) = blame(&ds, &all_stages(&["VA", "VP"])).unwrap();
+    let m = by_culprit(&ds, &entries);
+    assert!(close(m["HA"], 4.0) && close(m["HP"], 2.0), "{m:?}");
+    assert_eq!(m.len(), 2, "{m:?}");
 }
 
 /// NaN or infinite telemetry is an error naming the task or host and the
@@ -1002,6 +1109,7 @@ fn non_finite_values_are_errors_naming_the_row() {
                 end: S,
                 capacity: if field == "slots" { Some(x) } else { cap },
                 used,
+                scope: 0,
             },
         );
         let e = blame(&ds, &all_stages(&["V"])).unwrap_err().to_string();
@@ -1029,6 +1137,7 @@ fn victim_slowdown_is_from_ratp() {
             end: 3 * S,
             capacity: Some(210.0),
             used: None,
+            scope: 0,
         },
     );
     let totals = Totals {
@@ -1044,6 +1153,7 @@ fn victim_slowdown_is_from_ratp() {
             end: 10 * S,
             capacity: Some(100.0),
             used: None,
+            scope: 0,
         },
     );
     let opts = all_stages(&["V"]);

@@ -20,9 +20,11 @@ pub enum VictimStages {
 /// How slot waits are blamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotBlame {
-    /// On the stages holding the slots (section 5), the default.
+    /// On the stages holding the slots (section 5), the paper's form:
+    /// `slots=direct`.
     Direct,
-    /// Passed on to what slowed the slot holders (section 5b).
+    /// Passed on to what slowed the slot holders (section 5b), the default:
+    /// on the simulator it ranks the true culprits better (docs/accuracy.md).
     Transitive,
 }
 
@@ -44,7 +46,7 @@ impl Default for BlameOptions {
             victims: None,
             stages: VictimStages::CriticalPath,
             attribution: Attribution::Window,
-            slots: SlotBlame::Direct,
+            slots: SlotBlame::Transitive,
             from: None,
             to: None,
         }

@@ -1138,6 +1138,8 @@ impl App {
                     ("window_end", time(Some(to))),
                     ("resource", LogValue::S("slots".into())),
                     ("capacity", LogValue::F(n)),
+                    // An application's executors serve only its tasks.
+                    ("scope", LogValue::S(app_key.to_string())),
                 ],
             );
         }
