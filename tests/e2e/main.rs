@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `culprit` binary, the real server on a real
 //! port, real clients (tokio-postgres, psql).
 
+mod accuracy;
 mod bi_tools;
 mod cli_flags;
 mod clients;

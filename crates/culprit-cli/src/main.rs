@@ -1,6 +1,7 @@
 //! `culprit`: who slowed my query? Ingest telemetry, query it in SQL, serve
 //! it over the PostgreSQL wire.
 
+mod accuracy;
 mod files;
 mod limits;
 mod output;
@@ -280,6 +281,22 @@ enum Command {
         #[command(subcommand)]
         command: ReportCommand,
     },
+    /// Measure the method against ground truth: simulate scenarios of several kinds
+    /// (random, CPU, external disk hog, GC storm, mixed), find each culprit's true
+    /// effect on the victim by leaving it out and simulating again, and score
+    /// culprits() with slots=transitive, slots=direct, attribution=paper and the
+    /// overlap baselines (top-1, top-1 within 10%, Spearman, NDCG@3; docs/accuracy.md).
+    Accuracy {
+        /// Scenarios to simulate, the kinds in turn.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        scenarios: u32,
+        /// Seed of the scenarios: the same seed gives the same table.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also print each scenario's candidates, true effects and scores on stderr.
+        #[arg(long)]
+        details: bool,
+    },
     /// Simulate a workload with a known culprit, ingest it, serve it, and print
     /// the psql command that asks who slowed the victim.
     Demo {
@@ -555,6 +572,11 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             listen,
             seed,
         } => demo(&store.store, &listen, seed).await,
+        Command::Accuracy {
+            scenarios,
+            seed,
+            details,
+        } => accuracy::run(scenarios as usize, seed, details).await,
     }
 }
 

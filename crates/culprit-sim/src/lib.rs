@@ -7,16 +7,25 @@
 //! bottleneck resource) whenever they get less than they need. Every blocked
 //! second comes from simulated contention, never from random numbers.
 //!
+//! [`simulate_scenario`] runs any [`Scenario`] (queries, external processes,
+//! GC storms); [`scenarios`] generates them by kind, for `culprit accuracy`.
+//!
 //! [`fast`] writes plausible but unsimulated data at scale (a million tasks in
 //! seconds) for benchmarks.
 
 mod fast;
 mod lineage;
 mod rng;
+pub mod scenarios;
 mod sim;
 
 pub use fast::{fast, FastConfig};
-pub use sim::{simulate, SimConfig};
+pub use rng::Rng;
+pub use scenarios::{scenario, ScenarioKind};
+pub use sim::{
+    query_latencies, simulate, simulate_scenario, Demand, ExternalLoad, Gc, GcStorm, QuerySpec,
+    Scenario, SimConfig, SimResource, StageSpec, Variation,
+};
 
 use arrow::record_batch::RecordBatch;
 use culprit_core::Table;

@@ -56,6 +56,179 @@ impl SimConfig {
     }
 }
 
+/// A workload to simulate on the cluster of a [`SimConfig`]: the queries,
+/// the processes outside them, and garbage collection. [`simulate`] runs
+/// [`Scenario::from_config`]; [`crate::scenarios`] generates others, and
+/// [`simulate_scenario`] runs any.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub queries: Vec<QuerySpec>,
+    /// Load on the hosts that no query causes (`external` in the blame).
+    pub external: Vec<ExternalLoad>,
+    pub gc: Gc,
+    /// How each task's demand is varied around its stage's.
+    pub variation: Variation,
+    /// The query to explain.
+    pub victim: String,
+    /// The query injected to slow the victim down (empty when none is).
+    pub culprit: String,
+}
+
+/// How each task's demand is varied around its stage's (uniformly, by 0.85
+/// to 1.15).
+#[derive(Debug, Clone)]
+pub enum Variation {
+    /// One generator draws for every task, query after query (the default
+    /// workload's): removing a query changes the others' tasks.
+    Shared(Rng),
+    /// Each query's tasks draw from a generator seeded by its
+    /// [`QuerySpec::seed`]: removing a query changes nothing else, as
+    /// leave-one-out comparisons need.
+    PerQuery,
+}
+
+/// A query: a DAG of stages, submitted at a time.
+#[derive(Debug, Clone)]
+pub struct QuerySpec {
+    pub id: String,
+    pub user: String,
+    pub pool: String,
+    pub sql: String,
+    /// Seconds since time zero.
+    pub submit: f64,
+    pub stages: Vec<StageSpec>,
+    /// Seeds the variation of its tasks under [`Variation::PerQuery`].
+    pub seed: u64,
+}
+
+/// A stage: parallel tasks, each needing about `demand`.
+#[derive(Debug, Clone)]
+pub struct StageSpec {
+    /// Stages (indices into the query's stages) that must finish first.
+    pub parents: Vec<usize>,
+    pub tasks: usize,
+    /// What each task needs, before its own small variation.
+    pub demand: Demand,
+}
+
+/// A resource of a simulated host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimResource {
+    Cpu,
+    DiskRead,
+    Network,
+    DiskWrite,
+}
+
+impl SimResource {
+    fn index(self) -> usize {
+        match self {
+            SimResource::Cpu => CPU,
+            SimResource::DiskRead => DISK_READ,
+            SimResource::Network => NETWORK,
+            SimResource::DiskWrite => DISK_WRITE,
+        }
+    }
+}
+
+/// A process outside the queries using `rate` units per second of a
+/// resource of a host (cores, or bytes/s) from `from` to `to` (seconds
+/// since time zero; a simulation step uses it when the step starts inside).
+#[derive(Debug, Clone)]
+pub struct ExternalLoad {
+    pub host: usize,
+    pub resource: SimResource,
+    pub rate: f64,
+    pub from: f64,
+    pub to: f64,
+}
+
+/// Garbage collection: every task spends `share` of its time in GC, plus
+/// the storms' shares on their hosts while they last.
+#[derive(Debug, Clone)]
+pub struct Gc {
+    pub share: f64,
+    /// Whether a GC pause stops the task (it then takes longer). Without,
+    /// as in the default workload, GC time is counted (as blocked CPU time)
+    /// but costs nothing, and storms are ignored.
+    pub pauses: bool,
+    pub storms: Vec<GcStorm>,
+}
+
+impl Gc {
+    /// No garbage collection at all.
+    pub fn none() -> Self {
+        Gc {
+            share: 0.0,
+            pauses: true,
+            storms: Vec::new(),
+        }
+    }
+
+    /// Whether there is any GC time.
+    pub fn any(&self) -> bool {
+        self.share > 0.0 || (self.pauses && self.storms.iter().any(|s| s.share > 0.0))
+    }
+}
+
+/// Every task running on `hosts` from `from` to `to` (seconds since time
+/// zero) spends `share` of its time in GC pauses (stop-the-world).
+#[derive(Debug, Clone)]
+pub struct GcStorm {
+    pub hosts: Vec<usize>,
+    pub from: f64,
+    pub to: f64,
+    pub share: f64,
+}
+
+impl Scenario {
+    /// The workload `simulate(cfg)` runs: the victim, an injected culprit,
+    /// `cfg.queries - 2` light others, an external reader on host 0.
+    pub fn from_config(cfg: &SimConfig) -> Self {
+        let mut rng = Rng::new(cfg.seed);
+        let queries = workload(cfg, &mut rng);
+        Scenario {
+            queries,
+            external: vec![ExternalLoad {
+                host: 0,
+                resource: SimResource::DiskRead,
+                rate: 70e6,
+                from: 5.0,
+                to: 12.0,
+            }],
+            gc: Gc {
+                share: GC_SHARE,
+                pauses: false,
+                storms: Vec::new(),
+            },
+            variation: Variation::Shared(rng),
+            victim: "q-victim".into(),
+            culprit: "q-culprit".into(),
+        }
+    }
+
+    /// The scenario without query `id`.
+    pub fn without_query(&self, id: &str) -> Self {
+        let mut s = self.clone();
+        s.queries.retain(|q| q.id != id);
+        s
+    }
+
+    /// The scenario without its external processes.
+    pub fn without_external(&self) -> Self {
+        let mut s = self.clone();
+        s.external.clear();
+        s
+    }
+
+    /// The scenario without garbage collection.
+    pub fn without_gc(&self) -> Self {
+        let mut s = self.clone();
+        s.gc = Gc::none();
+        s
+    }
+}
+
 /// The most one task can use of each resource per second when alone.
 const TASK_DISK_RATE: f64 = 100e6;
 const TASK_NET_RATE: f64 = 60e6;
@@ -72,9 +245,13 @@ const DISK_WRITE: usize = 3;
 
 /// What a task needs in all: CPU seconds and bytes read, fetched and written.
 #[derive(Debug, Clone, Copy)]
-struct Demand([f64; 4]);
+pub struct Demand([f64; 4]);
 
 impl Demand {
+    pub fn new(cpu_seconds: f64, disk_read: f64, network: f64, disk_write: f64) -> Self {
+        Demand([cpu_seconds, disk_read, network, disk_write])
+    }
+
     /// Seconds the task takes alone: its slowest resource at full speed.
     fn ideal_seconds(&self) -> f64 {
         let need = self.0;
@@ -86,25 +263,8 @@ impl Demand {
     }
 }
 
-struct QuerySpec {
-    id: String,
-    user: &'static str,
-    pool: &'static str,
-    sql: String,
-    submit: f64,
-    stages: Vec<StageSpec>,
-}
-
-struct StageSpec {
-    /// Stages (indices into the query's stages) that must finish first.
-    parents: Vec<usize>,
-    tasks: usize,
-    /// What each task needs, before its own small variation.
-    demand: Demand,
-}
-
 impl StageSpec {
-    fn new(parents: Vec<usize>, tasks: usize, demand: Demand) -> Self {
+    pub fn new(parents: Vec<usize>, tasks: usize, demand: Demand) -> Self {
         StageSpec {
             parents,
             tasks,
@@ -157,20 +317,21 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
     // The injected culprit: a heavy scan then a heavy shuffle, on every host.
     specs.push(QuerySpec {
         id: "q-culprit".into(),
-        user: "mallory",
-        pool: "etl",
+        user: "mallory".into(),
+        pool: "etl".into(),
         sql: "INSERT INTO archive SELECT * FROM events JOIN sessions USING (sid)".into(),
         submit: 4.0,
         stages: vec![
             StageSpec::new(vec![], slots, Demand([2.0, 900e6, 0.0, 0.0])),
             StageSpec::new(vec![0], slots, Demand([1.5, 0.0, 500e6, 300e6])),
         ],
+        seed: 0,
     });
     // The victim: a dashboard query that runs alone in a few seconds.
     specs.push(QuerySpec {
         id: "q-victim".into(),
-        user: "alice",
-        pool: "adhoc",
+        user: "alice".into(),
+        pool: "adhoc".into(),
         sql: "SELECT region, sum(amount) FROM sales GROUP BY region".into(),
         submit: 6.0,
         stages: vec![
@@ -178,6 +339,7 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
             StageSpec::new(vec![], cfg.hosts, Demand([0.5, 80e6, 0.0, 0.0])),
             StageSpec::new(vec![0, 1], cfg.hosts, Demand([0.6, 0.0, 60e6, 10e6])),
         ],
+        seed: 0,
     });
     // Others: light, mostly CPU, at other times. The fields are drawn from
     // the generator in the order written (the seed's output depends on it).
@@ -188,8 +350,8 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
         let disk = rng.range(5e6, 40e6);
         specs.push(QuerySpec {
             id: format!("q-{:03}", i + 1),
-            user: users[i % users.len()],
-            pool: if i % 2 == 0 { "adhoc" } else { "reports" },
+            user: users[i % users.len()].into(),
+            pool: if i % 2 == 0 { "adhoc" } else { "reports" }.into(),
             sql: format!(
                 "SELECT count(*) FROM t{} WHERE x > {}",
                 i + 1,
@@ -204,6 +366,7 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
                     Demand([cpu / 2.0, 0.0, disk / 2.0, 1e6]),
                 ),
             ],
+            seed: 0,
         });
     }
     specs
@@ -211,10 +374,16 @@ fn workload(cfg: &SimConfig, rng: &mut Rng) -> Vec<QuerySpec> {
 
 /// The tasks of every stage, with a small per-task variation in demand, and
 /// their indices per query, per stage.
-fn create_tasks(specs: &[QuerySpec], rng: &mut Rng) -> (Vec<Task>, Vec<Vec<Vec<usize>>>) {
+fn create_tasks(specs: &[QuerySpec], variation: &Variation) -> (Vec<Task>, Vec<Vec<Vec<usize>>>) {
     let mut tasks: Vec<Task> = Vec::new();
     let mut stage_tasks: Vec<Vec<Vec<usize>>> = Vec::new();
+    let mut shared = match variation {
+        Variation::Shared(rng) => Some(rng.clone()),
+        Variation::PerQuery => None,
+    };
     for (query, spec) in specs.iter().enumerate() {
+        let mut own = Rng::new(spec.seed);
+        let rng = shared.as_mut().unwrap_or(&mut own);
         let mut per_stage = Vec::new();
         for (stage, stage_spec) in spec.stages.iter().enumerate() {
             let mut ids = Vec::new();
@@ -246,21 +415,67 @@ fn create_tasks(specs: &[QuerySpec], rng: &mut Rng) -> (Vec<Task>, Vec<Vec<Vec<u
     (tasks, stage_tasks)
 }
 
-/// External load: another process reading host 0's disk from 5 s to 12 s
-/// (contention that no query causes, which the blame must not pin on one).
-fn external_load(host: usize, t: f64) -> [f64; 4] {
-    if host == 0 && (5.0..12.0).contains(&t) {
-        [0.0, 70e6, 0.0, 0.0]
-    } else {
-        [0.0; 4]
+/// External load on a host in the step starting at `t`: contention that no
+/// query causes, which the blame must not pin on one. (The default
+/// workload's: another process reading host 0's disk from 5 s to 12 s.)
+fn external_load(external: &[ExternalLoad], host: usize, t: f64) -> [f64; 4] {
+    let mut load = [0.0; 4];
+    for e in external {
+        if e.host == host && (e.from..e.to).contains(&t) {
+            load[e.resource.index()] += e.rate;
+        }
     }
+    load
 }
 
-/// Runs the simulation and returns the interchange tables.
+/// The share of its time a task on `host` spends in GC pauses in the step
+/// starting at `t` (0 when pauses cost nothing: then GC is counted apart).
+fn gc_pause(gc: &Gc, host: usize, t: f64) -> f64 {
+    if !gc.pauses {
+        return 0.0;
+    }
+    let storms: f64 = gc
+        .storms
+        .iter()
+        .filter(|s| s.hosts.contains(&host) && (s.from..s.to).contains(&t))
+        .map(|s| s.share)
+        .sum();
+    (gc.share + storms).clamp(0.0, 0.95)
+}
+
+/// Runs the simulation of [`Scenario::from_config`] and returns the
+/// interchange tables.
 pub fn simulate(cfg: &SimConfig) -> Workload {
-    let mut sim = Simulation::new(cfg);
+    simulate_scenario(cfg, &Scenario::from_config(cfg))
+}
+
+/// Runs a scenario on the cluster of `cfg` (its seed is not used: the
+/// scenario's variation says how tasks vary) and returns the tables.
+pub fn simulate_scenario(cfg: &SimConfig, scenario: &Scenario) -> Workload {
+    let mut sim = Simulation::new(cfg, scenario);
     sim.run();
     sim.into_workload()
+}
+
+/// Runs a scenario and returns each query's latency, seconds from its
+/// submission to the finish of its last task, in the scenario's order
+/// (cheaper than [`simulate_scenario`]: no tables are written).
+pub fn query_latencies(cfg: &SimConfig, scenario: &Scenario) -> Vec<(String, f64)> {
+    let mut sim = Simulation::new(cfg, scenario);
+    sim.run();
+    sim.specs
+        .iter()
+        .enumerate()
+        .map(|(query, spec)| {
+            let finish = sim
+                .tasks
+                .iter()
+                .filter(|t| t.query == query)
+                .filter_map(|t| t.finish)
+                .fold(spec.submit, f64::max);
+            (spec.id.clone(), finish - spec.submit)
+        })
+        .collect()
 }
 
 /// A simulation under way: the tasks, where they run, and what each host
@@ -269,6 +484,10 @@ pub fn simulate(cfg: &SimConfig) -> Workload {
 struct Simulation<'a> {
     cfg: &'a SimConfig,
     specs: Vec<QuerySpec>,
+    external: &'a [ExternalLoad],
+    gc: &'a Gc,
+    victim: &'a str,
+    culprit: &'a str,
     /// What one host has of each resource, per second.
     capacity: [f64; 4],
     tasks: Vec<Task>,
@@ -288,11 +507,10 @@ struct Simulation<'a> {
 }
 
 impl<'a> Simulation<'a> {
-    /// The workload of the seed, its tasks created, nothing run yet.
-    fn new(cfg: &'a SimConfig) -> Self {
-        let mut rng = Rng::new(cfg.seed);
-        let specs = workload(cfg, &mut rng);
-        let (tasks, stage_tasks) = create_tasks(&specs, &mut rng);
+    /// The scenario, its tasks created, nothing run yet.
+    fn new(cfg: &'a SimConfig, scenario: &'a Scenario) -> Self {
+        let specs = scenario.queries.clone();
+        let (tasks, stage_tasks) = create_tasks(&specs, &scenario.variation);
         let stage_ready = specs.iter().map(|q| vec![None; q.stages.len()]).collect();
         Simulation {
             cfg,
@@ -305,6 +523,10 @@ impl<'a> Simulation<'a> {
             host_used: vec![Vec::new(); cfg.hosts],
             task_windows: TableBuilder::new(Table::TaskWindows, 4096),
             specs,
+            external: &scenario.external,
+            gc: &scenario.gc,
+            victim: &scenario.victim,
+            culprit: &scenario.culprit,
         }
     }
 
@@ -388,12 +610,14 @@ impl<'a> Simulation<'a> {
         let running: Vec<usize> = (0..self.tasks.len())
             .filter(|&i| self.tasks[i].host == Some(host) && self.tasks[i].finish.is_none())
             .collect();
-        let external = external_load(host, t);
-        let share = self.shares(&running, external);
+        let external = external_load(self.external, host, t);
+        let pause = gc_pause(self.gc, host, t);
+        let share = self.shares(&running, external, pause);
         let mut used = external.map(|x| x * dt);
+        let gc_share = if self.gc.pauses { pause } else { self.gc.share };
         for &i in &running {
             let task = &mut self.tasks[i];
-            let step_use = advance_task(task, &share, dt);
+            let step_use = advance_task(task, &share, dt, self.gc.pauses, gc_share);
             for (used, acquired) in used.iter_mut().zip(step_use.acquired) {
                 *used += acquired;
             }
@@ -438,11 +662,17 @@ impl<'a> Simulation<'a> {
     /// The share of its demand each running task of a host gets of each
     /// resource: all of it, or the same fraction for every task when the
     /// host (less the external load) has less than they want together.
-    fn shares(&self, running: &[usize], external: [f64; 4]) -> [f64; 4] {
+    /// Tasks paused `pause` of the time for GC want that much less.
+    fn shares(&self, running: &[usize], external: [f64; 4], pause: f64) -> [f64; 4] {
         let mut want = [0.0; 4];
         for &i in running {
             for (want, need) in want.iter_mut().zip(self.tasks[i].demand.0) {
                 *want += need / self.tasks[i].ideal_seconds;
+            }
+        }
+        if pause > 0.0 {
+            for want in &mut want {
+                *want *= 1.0 - pause;
             }
         }
         let mut share = [1.0; 4];
@@ -469,8 +699,8 @@ impl<'a> Simulation<'a> {
             host_windows,
             record_lineage: Some(lineage.record_lineage),
             partition_latency: Some(lineage.partition_latency),
-            victim: "q-victim".into(),
-            culprit: "q-culprit".into(),
+            victim: self.victim.to_string(),
+            culprit: self.culprit.to_string(),
             expensive_input: lineage.expensive_input,
         }
     }
@@ -491,7 +721,7 @@ impl<'a> Simulation<'a> {
                 fetch_seconds: task.total_acquired[NETWORK] / TASK_NET_RATE,
             })
             .collect();
-        crate::lineage::lineage(&tasks, "q-victim", self.cfg.seed)
+        crate::lineage::lineage(&tasks, self.victim, self.cfg.seed)
     }
 
     /// The `queries` and `stages` rows: submitted as specified (a stage when
@@ -506,8 +736,8 @@ impl<'a> Simulation<'a> {
             queries.row(&[
                 ("query_id", Value::S(&spec.id)),
                 ("app_id", Value::S("sim-app")),
-                ("user", Value::S(spec.user)),
-                ("pool", Value::S(spec.pool)),
+                ("user", Value::S(&spec.user)),
+                ("pool", Value::S(&spec.pool)),
                 ("sql_text", Value::S(&spec.sql)),
                 ("submit_time", Value::T(cfg.epoch_us(spec.submit))),
                 (
@@ -642,24 +872,50 @@ fn bottleneck(demand: &Demand, share: &[f64; 4]) -> (f64, usize) {
 
 /// Advances a running task by one step of `dt` seconds at the host's shares,
 /// and adds what it did to its totals. Whatever the task does not get of its
-/// bottleneck is blocked time on it; a GC pause is blocked CPU time.
-fn advance_task(task: &mut Task, share: &[f64; 4], dt: f64) -> StepUse {
+/// bottleneck is blocked time on it; a GC pause is blocked CPU time. With
+/// `pauses`, the task is paused `gc_share` of its time (and progresses in
+/// the rest only); without, it spends `gc_share` of its run in GC that
+/// costs no time (the default workload's).
+fn advance_task(
+    task: &mut Task,
+    share: &[f64; 4],
+    dt: f64,
+    pauses: bool,
+    gc_share: f64,
+) -> StepUse {
     let (rate, bottleneck) = bottleneck(&task.demand, share);
     // `run`: seconds of full-speed progress; `busy`: wall seconds spent
     // (less than a step when the task ends inside it).
     let remaining = (1.0 - task.progress) * task.ideal_seconds;
-    let (run, busy) = if rate <= 0.0 {
-        (0.0, dt)
-    } else if rate * dt >= remaining {
-        (remaining, remaining / rate)
+    let (run, busy, gc) = if pauses {
+        let speed = rate * (1.0 - gc_share);
+        let (run, busy) = if speed <= 0.0 {
+            (0.0, dt)
+        } else if speed * dt >= remaining {
+            (remaining, remaining / speed)
+        } else {
+            (speed * dt, dt)
+        };
+        (run, busy, gc_share * busy)
     } else {
-        (rate * dt, dt)
+        let (run, busy) = if rate <= 0.0 {
+            (0.0, dt)
+        } else if rate * dt >= remaining {
+            (remaining, remaining / rate)
+        } else {
+            (rate * dt, dt)
+        };
+        (run, busy, gc_share * run)
     };
     let done = run / task.ideal_seconds;
     let mut blocked = [0.0; 4];
-    blocked[bottleneck] = busy - run;
+    // With pauses the GC time is not waiting on the bottleneck.
+    blocked[bottleneck] = if pauses {
+        (busy - gc - run).max(0.0)
+    } else {
+        busy - run
+    };
     // A GC pause inside the run is blocked CPU time.
-    let gc = GC_SHARE * run;
     blocked[CPU] += gc;
     let mut acquired = [0.0; 4];
     for r in 0..RESOURCES.len() {
