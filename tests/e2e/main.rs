@@ -6,6 +6,7 @@ mod bi_tools;
 mod cli_flags;
 mod clients;
 mod common;
+mod compact;
 mod faults;
 mod foreign_files;
 mod html;

@@ -297,6 +297,19 @@ enum Command {
         #[arg(long)]
         details: bool,
     },
+    /// Merge the small files of the telemetry tables (one atomic commit: the same
+    /// rows, fewer files; safe to kill at any point and beside a running server).
+    Compact {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Files under this size (MiB) are merged.
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+        small_mb: u64,
+        /// Seconds a merged file is kept for readers of older versions before a later
+        /// compaction removes it.
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
+        grace_secs: u64,
+    },
     /// Simulate a workload with a known culprit, ingest it, serve it, and print
     /// the psql command that asks who slowed the victim.
     Demo {
@@ -577,6 +590,28 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             seed,
             details,
         } => accuracy::run(scenarios as usize, seed, details).await,
+        Command::Compact {
+            store,
+            small_mb,
+            grace_secs,
+        } => {
+            let store = Store::open(&store.store)?;
+            let opts = culprit_store::CompactOptions {
+                small_bytes: small_mb << 20,
+                grace: std::time::Duration::from_secs(grace_secs),
+                ..Default::default()
+            };
+            let started = std::time::Instant::now();
+            let report = store
+                .compact(&opts, |done, total| {
+                    if total > 0 {
+                        eprintln!("compacting: {done}/{total} groups of files merged");
+                    }
+                })
+                .await?;
+            println!("{}", output::compact_summary(&report, started.elapsed()));
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -47,3 +47,29 @@ pub fn print(
     }
     Ok(())
 }
+
+/// The summary line of `culprit compact`.
+pub fn compact_summary(r: &culprit_store::CompactReport, took: std::time::Duration) -> String {
+    let removed = if r.removed > 0 {
+        format!("; {} retired files removed", r.removed)
+    } else {
+        String::new()
+    };
+    match r.version {
+        None => format!("nothing to compact{removed}"),
+        Some(v) if r.files_merged() == 0 => format!("store version {v}{removed}"),
+        Some(v) => {
+            let tables: Vec<String> = r.merged.iter().map(|(t, n)| format!("{t} {n}")).collect();
+            format!(
+                "merged {} files ({}) into {}: {} rows, {:.1} MiB to {:.1} MiB, {:.2} s (store version {v}){removed}",
+                r.files_merged(),
+                tables.join(", "),
+                r.written,
+                r.rows,
+                r.bytes_before as f64 / (1u64 << 20) as f64,
+                r.bytes_after as f64 / (1u64 << 20) as f64,
+                took.as_secs_f64(),
+            )
+        }
+    }
+}

@@ -41,6 +41,10 @@ pub enum StoreError {
     },
     #[error("commit conflict: {0} concurrent commits in a row, giving up")]
     Conflict(usize),
+    /// Housekeeping that lost a race to another (two compactions at once):
+    /// nothing changed.
+    #[error("commit conflict: {what}")]
+    Stale { what: String },
 }
 
 /// What is wrong with a user table operation, for the SQLSTATE.

@@ -9,14 +9,18 @@
 //! `PutMode::Create`, so an ingest is one atomic commit and a crash or a
 //! failed ingest leaves the store exactly as before.
 
+mod compact;
 mod error;
 pub mod layout;
 mod manifest;
 pub mod paths;
 mod store;
 
+pub use compact::{CompactOptions, CompactReport};
 pub use error::{Result, StoreError, UserTableProblem};
-pub use manifest::{BatchInfo, CronJob, DataFile, Manifest, SourceRecord, UserColumn, UserTable};
+pub use manifest::{
+    BatchInfo, CronJob, DataFile, Manifest, RetiredFile, SourceRecord, UserColumn, UserTable,
+};
 pub use store::{
     check_user_table_name, pages_schema, run_details_schema, telemetry_refusal, JobChange,
     PAGES_TABLE, REPORTS_SCHEMA, RUN_DETAILS_TABLE,

@@ -53,6 +53,10 @@ pub struct BatchInfo {
     pub version: u64,
     pub committed_at: String,
     pub rows: BTreeMap<String, u64>,
+    /// `compact` for a batch that merged stored rows (its `rows` are not new
+    /// rows); none for an ingest or a statement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// The catalog at one version: every visible file and ingested source.
@@ -73,6 +77,17 @@ pub struct Manifest {
     /// The highest job id ever given (ids are never reused).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub last_jobid: i64,
+    /// Files no longer listed since a compaction merged them, kept a while
+    /// for readers of older manifests, then removed by a later compaction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<RetiredFile>,
+}
+
+/// A data file replaced by a compaction, and since when (microseconds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredFile {
+    pub path: String,
+    pub since: i64,
 }
 
 fn is_zero(x: &i64) -> bool {

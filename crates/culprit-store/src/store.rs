@@ -16,7 +16,9 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use url::Url;
 
-use crate::manifest::{BatchInfo, CronJob, DataFile, Manifest, SourceRecord, UserTable};
+use crate::manifest::{
+    BatchInfo, CronJob, DataFile, Manifest, RetiredFile, SourceRecord, UserTable,
+};
 use crate::{paths, Result, StoreError, UserTableProblem};
 
 /// The store used when none is given: a directory beside the working directory.
@@ -33,7 +35,7 @@ const COMMIT_RETRIES: usize = 16;
 /// reaches it by.
 #[derive(Clone)]
 pub struct Store {
-    object_store: Arc<dyn ObjectStore>,
+    pub(crate) object_store: Arc<dyn ObjectStore>,
     /// Scheme and authority, e.g. `file:///`, `s3://bucket/`, `memory:///`.
     base_url: Url,
     /// The store's folder inside the object store.
@@ -147,7 +149,7 @@ impl Store {
         format!("{}{}", self.base_url, self.path(relative))
     }
 
-    fn os_err(&self) -> impl Fn(object_store::Error) -> StoreError + '_ {
+    pub(crate) fn os_err(&self) -> impl Fn(object_store::Error) -> StoreError + '_ {
         move |source| StoreError::ObjectStore {
             store: self.display.clone(),
             source,
@@ -219,6 +221,7 @@ impl Store {
             task_buckets: std::collections::HashMap::new(),
             user_changes: Vec::new(),
             job_changes: Vec::new(),
+            kind: None,
         }
     }
 
@@ -354,6 +357,13 @@ enum UserChange {
     ReplaceRows(String),
     /// These files of the table go.
     Expire(String, Vec<String>),
+    /// Compaction: these files of a telemetry table were merged into the
+    /// batch's files. Every one must still be listed (else another
+    /// compaction took it first and the commit fails); they move to
+    /// `retired`, removed later.
+    Merged(String, Vec<String>),
+    /// Retired files removed from the store: no longer listed as retired.
+    Forget(Vec<String>),
     Drop {
         name: String,
         if_exists: bool,
@@ -501,6 +511,8 @@ pub struct PendingBatch {
     user_changes: Vec<UserChange>,
     /// What the batch does to scheduled jobs.
     job_changes: Vec<JobChange>,
+    /// `compact` for a compaction's batch ([`BatchInfo::kind`]).
+    pub(crate) kind: Option<&'static str>,
     /// The host bucket of every task this batch has seen, so that its
     /// window rows are written bucket by bucket.
     task_buckets: std::collections::HashMap<String, u32>,
@@ -509,6 +521,11 @@ pub struct PendingBatch {
 impl PendingBatch {
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The files written so far.
+    pub fn written(&self) -> &[DataFile] {
+        &self.files
     }
 
     /// Rows written so far, per table.
@@ -645,10 +662,29 @@ impl PendingBatch {
         bucket: Option<u32>,
         path: impl Fn(usize) -> String,
     ) -> Result<()> {
+        let batches = futures::stream::iter(batches.iter().cloned().map(Ok));
+        self.write_parquet_stream(name, schema, batches, bucket, path)
+            .await
+    }
+
+    /// [`Self::write_parquet`] of rows as they stream in (memory holds a
+    /// batch and the open file's row group).
+    pub(crate) async fn write_parquet_stream(
+        &mut self,
+        name: &str,
+        schema: &arrow::datatypes::SchemaRef,
+        batches: impl futures::Stream<Item = Result<RecordBatch>>,
+        bucket: Option<u32>,
+        path: impl Fn(usize) -> String,
+    ) -> Result<()> {
         let mut current: Option<(AsyncArrowWriter<BufWriter>, String, u64)> = None;
-        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+        let mut batches = std::pin::pin!(batches);
+        while let Some(batch) = batches.try_next().await? {
+            if batch.num_rows() == 0 {
+                continue;
+            }
             let batch = if batch.schema() == *schema {
-                batch.clone()
+                batch
             } else {
                 RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?
             };
@@ -775,6 +811,18 @@ impl PendingBatch {
     /// Changes a scheduled job when the batch commits.
     pub fn change_job(&mut self, change: JobChange) {
         self.job_changes.push(change);
+    }
+
+    /// Compaction: these files of `table` are replaced by the batch's files
+    /// when it commits (they must all still be listed then).
+    pub(crate) fn merged_files(&mut self, table: &str, paths: Vec<String>) {
+        self.user_changes
+            .push(UserChange::Merged(table.to_string(), paths));
+    }
+
+    /// Stops listing these retired files (removed from the store).
+    pub(crate) fn forget_retired(&mut self, paths: Vec<String>) {
+        self.user_changes.push(UserChange::Forget(paths));
     }
 
     /// Drops these files of a table when the batch commits (the expired
@@ -912,6 +960,37 @@ impl PendingBatch {
                     manifest.files = keep;
                     gone.extend(old);
                 }
+                UserChange::Merged(name, paths) => {
+                    let listed = |p: &String| {
+                        manifest
+                            .files
+                            .iter()
+                            .any(|f| &f.table == name && &f.path == p)
+                    };
+                    if let Some(p) = paths.iter().find(|p| !listed(p)) {
+                        return Err(StoreError::Stale {
+                            what: format!(
+                                "{name} file {p} is no longer listed (another compaction \
+                                 ran at the same time); nothing changed"
+                            ),
+                        });
+                    }
+                    let since = chrono::Utc::now().timestamp_micros();
+                    let (old, keep): (Vec<DataFile>, Vec<DataFile>) =
+                        std::mem::take(&mut manifest.files)
+                            .into_iter()
+                            .partition(|f| &f.table == name && paths.contains(&f.path));
+                    manifest.files = keep;
+                    manifest
+                        .retired
+                        .extend(old.into_iter().map(|f| RetiredFile {
+                            path: f.path,
+                            since,
+                        }));
+                }
+                UserChange::Forget(paths) => {
+                    manifest.retired.retain(|r| !paths.contains(&r.path));
+                }
                 UserChange::Drop { name, if_exists } => {
                     if manifest.user_table(name).is_none() {
                         if *if_exists {
@@ -1002,6 +1081,7 @@ impl PendingBatch {
                 version,
                 committed_at: chrono::Utc::now().to_rfc3339(),
                 rows: rows.clone(),
+                kind: self.kind.map(str::to_string),
             });
             let body = serde_json::to_vec_pretty(&manifest).expect("manifest serializes");
             let location = paths::manifest(&self.store.root, version);

@@ -1,0 +1,219 @@
+//! `culprit compact`: the same rows in fewer files, answers identical before
+//! and after, nothing lost or duplicated when killed at any point, and a
+//! running server keeps answering.
+
+use std::path::Path;
+use std::time::Duration;
+
+use culprit_store::Store;
+
+use crate::common::{connect, culprit, generate, run_ok, start_server};
+
+/// What the store answers: every row of the telemetry tables (sorted by
+/// key or identity), the blame of every victim, and the victim's culprits.
+const ANSWERS: &[&str] = &[
+    "SELECT task_id, resource, detail, window_start, window_end, blocked, acquired, gc FROM task_windows ORDER BY 1, 2, 3, 4, 5",
+    "SELECT host, resource, scope, window_start, window_end, capacity, used FROM host_windows ORDER BY 1, 2, 3, 4, 5",
+    "SELECT * FROM tasks ORDER BY task_id",
+    "SELECT * FROM queries ORDER BY query_id",
+    "SELECT * FROM stages ORDER BY query_id, stage_id",
+    "SELECT culprit_kind, culprit_query, round(blame_seconds, 9) FROM culprits('q-victim') ORDER BY 1, 2",
+    "SELECT victim_query, round(sum(blame_seconds), 9) FROM blame(NULL, 'victim_stages=all') GROUP BY 1 ORDER BY 1",
+];
+
+fn answers(store: &str) -> Vec<String> {
+    ANSWERS
+        .iter()
+        .map(|q| run_ok(&["sql", "--store", store, "--format", "csv", q]))
+        .collect()
+}
+
+/// Splits a CSV file's rows into `n` files `dir/part-i/name`, each with the header.
+fn split_csv(file: &Path, name: &str, dir: &Path, n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let rows: Vec<&str> = lines.collect();
+    let per = rows.len().div_ceil(n);
+    rows.chunks(per)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let d = dir.join(format!("{name}-part-{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join(format!("{name}.csv")),
+                format!("{header}\n{}\n", chunk.join("\n")),
+            )
+            .unwrap();
+            d.display().to_string()
+        })
+        .collect()
+}
+
+/// The simulated workload ingested in pieces: its window tables in 4 and 3
+/// ingests, so each has several small files.
+fn store_in_pieces(tmp: &Path) -> (String, Vec<String>) {
+    let data = tmp.join("in");
+    generate(&data, "csv");
+    let parts = tmp.join("parts");
+    let mut windows = split_csv(&data.join("task_windows.csv"), "task_windows", &parts, 4);
+    windows.extend(split_csv(
+        &data.join("host_windows.csv"),
+        "host_windows",
+        &parts,
+        3,
+    ));
+    std::fs::remove_file(data.join("task_windows.csv")).unwrap();
+    std::fs::remove_file(data.join("host_windows.csv")).unwrap();
+    let store = tmp.join("store").display().to_string();
+    run_ok(&["ingest", "--store", &store, data.to_str().unwrap()]);
+    for w in &windows {
+        run_ok(&["ingest", "--store", &store, w]);
+    }
+    (store, windows)
+}
+
+async fn files(store: &str, table: &str) -> usize {
+    let m = Store::open(store).unwrap().manifest().await.unwrap();
+    m.files.iter().filter(|f| f.table == table).count()
+}
+
+#[tokio::test]
+async fn compaction_keeps_every_row_and_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, windows) = store_in_pieces(tmp.path());
+    let before = answers(&store);
+    let (tw, hw) = (
+        files(&store, "task_windows").await,
+        files(&store, "host_windows").await,
+    );
+    assert!(
+        tw >= 4 && hw == 3,
+        "task_windows {tw} files, host_windows {hw}"
+    );
+
+    let old: std::collections::BTreeSet<String> = Store::open(&store)
+        .unwrap()
+        .manifest()
+        .await
+        .unwrap()
+        .files
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    let out = run_ok(&["compact", "--store", &store]);
+    assert!(out.contains("merged"), "{out}");
+    assert_eq!(answers(&store), before);
+    // One file per host bucket of task_windows, one of host_windows.
+    let m = Store::open(&store).unwrap().manifest().await.unwrap();
+    let buckets: std::collections::BTreeSet<Option<u32>> = m
+        .files
+        .iter()
+        .filter(|f| f.table == "task_windows")
+        .map(|f| f.bucket)
+        .collect();
+    assert_eq!(files(&store, "task_windows").await, buckets.len(), "{out}");
+    assert!(buckets.len() < tw);
+    assert_eq!(files(&store, "host_windows").await, 1);
+    // Exactly the files no longer listed are retired.
+    let listed: std::collections::BTreeSet<String> =
+        m.files.iter().map(|f| f.path.clone()).collect();
+    let gone: Vec<String> = old.difference(&listed).cloned().collect();
+    let mut retired: Vec<String> = m.retired.iter().map(|r| r.path.clone()).collect();
+    retired.sort();
+    assert_eq!(retired, gone);
+    assert_eq!(m.batches.last().unwrap().kind.as_deref(), Some("compact"));
+
+    // The merged rows keep their identity: a piece again, its rows in
+    // another order (so not the same file), adds nothing.
+    let piece = Path::new(&windows[1]).join("task_windows.csv");
+    let text = std::fs::read_to_string(&piece).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[1..].reverse();
+    let copy = tmp.path().join("again");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::write(copy.join("task_windows.csv"), lines.join("\n") + "\n").unwrap();
+    let again = crate::common::run(&["ingest", "--store", &store, copy.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&again.stdout).to_string() + &String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains(&format!("{} rows already stored", lines.len() - 1)), "{said}");
+    assert_eq!(answers(&store), before);
+
+    // Nothing left to merge; retired files stay for the grace period...
+    let out = run_ok(&["compact", "--store", &store]);
+    assert_eq!(out.trim(), "nothing to compact");
+    assert!(retired.iter().all(|p| Path::new(&store).join(p).exists()));
+    // ... and go once it is over.
+    let out = run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
+    assert!(
+        out.contains(&format!("{} retired files removed", retired.len())),
+        "{out}"
+    );
+    assert!(retired.iter().all(|p| !Path::new(&store).join(p).exists()));
+    let m = Store::open(&store).unwrap().manifest().await.unwrap();
+    assert!(m.retired.is_empty());
+    assert_eq!(answers(&store), before);
+}
+
+/// `kill -9` at several points of a compaction: every time the store
+/// answers exactly as before (the commit is all or nothing), and a last
+/// compaction finishes the work.
+#[tokio::test]
+async fn compaction_killed_at_any_point_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = store_in_pieces(tmp.path());
+    let before = answers(&store);
+    let mut outcomes = std::collections::BTreeSet::new();
+    for delay_ms in [0u64, 2, 5, 10, 20, 40, 80] {
+        let mut child = culprit()
+            .args(["compact", "--store", &store, "--grace-secs", "0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SIGKILL: no destructor, no cleanup.
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        outcomes.insert(status.success());
+        assert_eq!(answers(&store), before, "killed after {delay_ms} ms");
+    }
+    run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
+    run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
+    assert_eq!(answers(&store), before);
+    assert_eq!(files(&store, "host_windows").await, 1);
+    // Some kills landed before the commit (else the test proves little).
+    assert!(outcomes.contains(&false), "{outcomes:?}");
+}
+
+/// A running server answers the same before and after a compaction of its
+/// store by another process.
+#[tokio::test]
+async fn a_running_server_keeps_answering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = store_in_pieces(tmp.path());
+    let (addr, _server) = start_server(Store::open(&store).unwrap()).await;
+    let client = connect(addr).await;
+    let ask = || async {
+        let rows = client
+            .simple_query(
+                "SELECT culprit_query, round(blame_seconds, 9) FROM culprits('q-victim') \
+                 WHERE culprit_query IS NOT NULL ORDER BY 1",
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some(format!("{:?} {:?}", r.get(0), r.get(1)))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = ask().await;
+    assert!(!before.is_empty());
+    run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
+    assert_eq!(ask().await, before);
+    run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
+    assert_eq!(ask().await, before);
+}
