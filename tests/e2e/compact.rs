@@ -1,13 +1,14 @@
-//! `culprit compact`: the same rows in fewer files, answers identical before
-//! and after, nothing lost or duplicated when killed at any point, and a
-//! running server keeps answering.
+//! Housekeeping. `culprit compact`: the same rows in fewer files, answers
+//! identical before and after, nothing lost or duplicated when killed at
+//! any point, and a running server keeps answering. `culprit expire`: old
+//! queries go with what only they need, the others answer as before.
 
 use std::path::Path;
 use std::time::Duration;
 
 use culprit_store::Store;
 
-use crate::common::{connect, culprit, generate, run_ok, start_server};
+use crate::common::{connect, culprit, run_ok, start_server};
 
 /// What the store answers: every row of the telemetry tables (sorted by
 /// key or identity), the blame of every victim, and the victim's culprits.
@@ -53,8 +54,22 @@ fn split_csv(file: &Path, name: &str, dir: &Path, n: usize) -> Vec<String> {
 /// The simulated workload ingested in pieces: its window tables in 4 and 3
 /// ingests, so each has several small files.
 fn store_in_pieces(tmp: &Path) -> (String, Vec<String>) {
+    store_of(tmp, 6)
+}
+
+/// [`store_in_pieces`] of a workload of `queries` queries.
+fn store_of(tmp: &Path, queries: usize) -> (String, Vec<String>) {
     let data = tmp.join("in");
-    generate(&data, "csv");
+    let q = queries.to_string();
+    run_ok(&[
+        "generate",
+        "--out",
+        data.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--queries",
+        &q,
+    ]);
     let parts = tmp.join("parts");
     let mut windows = split_csv(&data.join("task_windows.csv"), "task_windows", &parts, 4);
     windows.extend(split_csv(
@@ -134,8 +149,12 @@ async fn compaction_keeps_every_row_and_answer() {
     std::fs::create_dir_all(&copy).unwrap();
     std::fs::write(copy.join("task_windows.csv"), lines.join("\n") + "\n").unwrap();
     let again = crate::common::run(&["ingest", "--store", &store, copy.to_str().unwrap()]);
-    let said = String::from_utf8_lossy(&again.stdout).to_string() + &String::from_utf8_lossy(&again.stderr);
-    assert!(said.contains(&format!("{} rows already stored", lines.len() - 1)), "{said}");
+    let said = String::from_utf8_lossy(&again.stdout).to_string()
+        + &String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains(&format!("{} rows already stored", lines.len() - 1)),
+        "{said}"
+    );
     assert_eq!(answers(&store), before);
 
     // Nothing left to merge; retired files stay for the grace period...
@@ -216,4 +235,153 @@ async fn a_running_server_keeps_answering() {
     assert_eq!(ask().await, before);
     run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
     assert_eq!(ask().await, before);
+}
+
+fn csv_rows(store: &str, sql: &str) -> Vec<String> {
+    run_ok(&["sql", "--store", store, "--format", "csv", sql])
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+/// What a kept query answers: its culprits and its blame, every stage.
+fn analysis(store: &str, q: &str) -> Vec<String> {
+    csv_rows(
+        store,
+        &format!(
+            "SELECT culprit_kind, culprit_query, resource, round(blame_seconds, 9) \
+             FROM blame('{q}', 'victim_stages=all') ORDER BY 1, 2, 3, 4"
+        ),
+    )
+}
+
+/// `expire --before T` on the simulated workload: the queries that ended
+/// before the cut go with their stages, tasks and windows; the cut moves
+/// back to the start of every query that stays. Expected sets are computed
+/// from the input before expiring; kept queries answer exactly as before;
+/// killed, it changes nothing; run again, it removes nothing more.
+#[tokio::test]
+async fn expire_drops_old_queries_and_keeps_the_rest_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = store_of(tmp.path(), 16);
+    // Per query: end (latest finish) and start (earliest ready or launch), µs.
+    let spans: Vec<(String, i64, i64)> = csv_rows(
+        &store,
+        "SELECT query_id, arrow_cast(max(finish_time), 'Int64') AS e, \
+         arrow_cast(min(least(coalesce(ready_time, launch_time), launch_time)), 'Int64') AS s \
+         FROM tasks GROUP BY query_id ORDER BY e, query_id",
+    )
+    .iter()
+    .map(|l| {
+        let f: Vec<&str> = l.split(',').collect();
+        (
+            f[0].to_string(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+        )
+    })
+    .collect();
+    assert!(spans.len() >= 4, "{spans:?}");
+    // The cut for a `before`, worked out independently: the earliest start
+    // of the queries ending at or after it, repeated until it stops moving.
+    let cut_of = |before: i64| {
+        let mut cut = before;
+        loop {
+            let next = spans
+                .iter()
+                .filter(|s| s.1 >= cut)
+                .map(|s| s.2)
+                .fold(before, i64::min);
+            if next == cut {
+                return cut;
+            }
+            cut = next;
+        }
+    };
+    // A `before` just after some query ended, where the cut moves back (a
+    // query that ended before `before` stays because it ran beside one that
+    // stays) and still leaves a query to expire.
+    let (before, cut) = spans
+        .iter()
+        .map(|s| (s.1 + 1000, cut_of(s.1 + 1000)))
+        .find(|(b, c)| {
+            spans.iter().any(|s| s.1 < *c) && spans.iter().any(|s| s.1 < *b && s.1 >= *c)
+        })
+        .unwrap_or_else(|| panic!("no before with a moving cut: {spans:?}"));
+    let gone: Vec<&String> = spans.iter().filter(|s| s.1 < cut).map(|s| &s.0).collect();
+    let kept: Vec<&String> = spans.iter().filter(|s| s.1 >= cut).map(|s| &s.0).collect();
+    assert!(!gone.is_empty() && !kept.is_empty(), "cut {cut}: {spans:?}");
+    let list = |qs: &[&String]| {
+        qs.iter()
+            .map(|q| format!("'{q}'"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let count = |sql: String| csv_rows(&store, &sql)[0].clone();
+    let tasks_kept = count(format!(
+        "SELECT count(*) FROM tasks WHERE query_id IN ({})",
+        list(&kept)
+    ));
+    let windows_kept = count(format!(
+        "SELECT count(*) FROM task_windows w JOIN tasks t USING (task_id) WHERE t.query_id IN ({})",
+        list(&kept)
+    ));
+    let hosts_kept = count(format!(
+        "SELECT count(*) FROM host_windows WHERE arrow_cast(window_end, 'Int64') > {cut}"
+    ));
+    let answers_kept: Vec<Vec<String>> = kept.iter().map(|q| analysis(&store, q)).collect();
+    let at = chrono::DateTime::from_timestamp_micros(before)
+        .unwrap()
+        .to_rfc3339();
+
+    // Killed early, nothing changes.
+    let mut child = culprit()
+        .args(["expire", "--store", &store, "--before", &at])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3));
+    let _ = child.kill();
+    if !child.wait().unwrap().success() {
+        assert_eq!(
+            count("SELECT count(*) FROM queries".into()),
+            spans.len().to_string()
+        );
+    }
+
+    let out = run_ok(&["expire", "--store", &store, "--before", &at]);
+    let queries: Vec<String> = csv_rows(&store, "SELECT query_id FROM queries ORDER BY 1");
+    let mut want: Vec<String> = kept.iter().map(|q| q.to_string()).collect();
+    want.sort();
+    assert_eq!(queries, want, "{out}");
+    assert_eq!(count("SELECT count(*) FROM tasks".into()), tasks_kept);
+    assert_eq!(
+        count("SELECT count(*) FROM task_windows".into()),
+        windows_kept
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM host_windows".into()),
+        hosts_kept
+    );
+    assert_eq!(
+        count(format!(
+            "SELECT count(*) FROM stages WHERE query_id IN ({})",
+            list(&gone)
+        )),
+        "0"
+    );
+    let after: Vec<Vec<String>> = kept.iter().map(|q| analysis(&store, q)).collect();
+    assert_eq!(after, answers_kept);
+    // Again: nothing more is old enough.
+    let out = run_ok(&["expire", "--store", &store, "--before", &at]);
+    assert_eq!(out.trim(), "nothing to expire");
+    // The old files go with the next compaction past its grace period.
+    let out = run_ok(&["compact", "--store", &store, "--grace-secs", "0"]);
+    assert!(out.contains("retired files removed"), "{out}");
+    assert_eq!(
+        kept.iter().map(|q| analysis(&store, q)).collect::<Vec<_>>(),
+        answers_kept
+    );
 }

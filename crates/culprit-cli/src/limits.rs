@@ -145,3 +145,9 @@ mod tests {
         assert_eq!(user_name("alice"), Ok("alice".into()));
     }
 }
+
+/// A point in time: RFC 3339 (`2026-01-01T00:00:00Z`, a space for the `T`).
+pub fn instant(s: &str) -> Result<i64, String> {
+    culprit_core::time::parse_time(s.trim())
+        .ok_or_else(|| "expected a time such as 2026-01-01T00:00:00Z (RFC 3339)".to_string())
+}

@@ -310,6 +310,15 @@ enum Command {
         #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
         grace_secs: u64,
     },
+    /// Drop the telemetry of the queries that ended before a time (and host rows
+    /// no remaining query needs); one atomic commit, safe to kill at any point.
+    Expire {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Queries whose every task finished before this time go (RFC 3339).
+        #[arg(long, value_parser = limits::instant)]
+        before: i64,
+    },
     /// Simulate a workload with a known culprit, ingest it, serve it, and print
     /// the psql command that asks who slowed the victim.
     Demo {
@@ -610,6 +619,19 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 })
                 .await?;
             println!("{}", output::compact_summary(&report, started.elapsed()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Expire { store, before } => {
+            let store = Store::open(&store.store)?;
+            let started = std::time::Instant::now();
+            let report = store
+                .expire(before, |done, total| {
+                    if total > 0 && (done == total || done % 100 == 0) {
+                        eprintln!("expiring: {done}/{total} files looked at");
+                    }
+                })
+                .await?;
+            println!("{}", output::expire_summary(&report, started.elapsed()));
             Ok(ExitCode::SUCCESS)
         }
     }

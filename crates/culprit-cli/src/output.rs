@@ -73,3 +73,21 @@ pub fn compact_summary(r: &culprit_store::CompactReport, took: std::time::Durati
         }
     }
 }
+
+/// The summary line of `culprit expire`.
+pub fn expire_summary(r: &culprit_store::ExpireReport, took: std::time::Duration) -> String {
+    match r.version {
+        None => "nothing to expire".to_string(),
+        Some(v) => {
+            let rows: Vec<String> = r.removed.iter().map(|(t, n)| format!("{t} {n}")).collect();
+            format!(
+                "expired {} queries; rows removed: {}; {} files rewritten, {} dropped; {:.2} s (store version {v}; `culprit compact` removes the old files after its grace period)",
+                r.queries,
+                rows.join(", "),
+                r.rewritten,
+                r.dropped,
+                took.as_secs_f64(),
+            )
+        }
+    }
+}

@@ -100,7 +100,7 @@ fn groups(files: &[DataFile], opts: &CompactOptions) -> Vec<(Table, Option<u32>,
 /// A stored batch in the table's current schema: columns by name, a column
 /// an older file lacks (an optional one added since) as NULLs, a time
 /// column's zone as stored now.
-fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+pub(crate) fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema() == *schema {
         return Ok(batch);
     }

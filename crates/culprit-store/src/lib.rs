@@ -11,6 +11,7 @@
 
 mod compact;
 mod error;
+mod expire;
 pub mod layout;
 mod manifest;
 pub mod paths;
@@ -18,6 +19,7 @@ mod store;
 
 pub use compact::{CompactOptions, CompactReport};
 pub use error::{Result, StoreError, UserTableProblem};
+pub use expire::ExpireReport;
 pub use manifest::{
     BatchInfo, CronJob, DataFile, Manifest, RetiredFile, SourceRecord, UserColumn, UserTable,
 };

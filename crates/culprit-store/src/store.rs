@@ -970,8 +970,8 @@ impl PendingBatch {
                     if let Some(p) = paths.iter().find(|p| !listed(p)) {
                         return Err(StoreError::Stale {
                             what: format!(
-                                "{name} file {p} is no longer listed (another compaction \
-                                 ran at the same time); nothing changed"
+                                "{name} file {p} is no longer listed (another compact or \
+                                 expire ran at the same time); nothing changed"
                             ),
                         });
                     }
