@@ -45,8 +45,8 @@ fn the_method_beats_deep_overlap_against_ground_truth() {
     );
     assert!(stderr.contains("accuracy: scenario 1/40"), "{stderr}");
     let rows = parse(&table);
-    // 5 kinds and all, 5 options each.
-    assert_eq!(rows.len(), 30, "{table}");
+    // 5 kinds and all, 6 options each.
+    assert_eq!(rows.len(), 36, "{table}");
     let all = |option: &str| rows[&("all".to_string(), option.to_string())];
     let transitive = all("slots=transitive");
     let deep = all("deep overlap");

@@ -13,7 +13,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use culprit_core::method::{Attribution, BlameOptions, CulpritKind, SlotBlame};
+use culprit_core::method::{Attribution, BlameOptions, CulpritKind, SlotBlame, TaskBlame};
 use culprit_core::Table;
 use culprit_sim::{query_latencies, Scenario, ScenarioKind, SimConfig};
 use culprit_sql::Engine;
@@ -35,14 +35,16 @@ const GC: &str = "gc";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scorer {
     Transitive,
+    LastTask,
     Direct,
     Paper,
     DeepOverlap,
     NaiveOverlap,
 }
 
-const SCORERS: [Scorer; 5] = [
+const SCORERS: [Scorer; 6] = [
     Scorer::Transitive,
+    Scorer::LastTask,
     Scorer::Direct,
     Scorer::Paper,
     Scorer::DeepOverlap,
@@ -53,6 +55,7 @@ impl Scorer {
     fn name(self) -> &'static str {
         match self {
             Scorer::Transitive => "slots=transitive",
+            Scorer::LastTask => "victim_tasks=last",
             Scorer::Direct => "slots=direct",
             Scorer::Paper => "attribution=paper",
             Scorer::DeepOverlap => "deep overlap",
@@ -62,11 +65,13 @@ impl Scorer {
 
     /// The options of `culprits()` this scorer reads (the overlaps come
     /// with any: they are the same columns of every call).
-    fn options(self) -> Option<(Attribution, SlotBlame)> {
+    fn options(self) -> Option<(Attribution, SlotBlame, TaskBlame)> {
+        use TaskBlame::{All, Last};
         match self {
-            Scorer::Transitive => Some((Attribution::Window, SlotBlame::Transitive)),
-            Scorer::Direct => Some((Attribution::Window, SlotBlame::Direct)),
-            Scorer::Paper => Some((Attribution::Paper, SlotBlame::Direct)),
+            Scorer::Transitive => Some((Attribution::Window, SlotBlame::Transitive, All)),
+            Scorer::LastTask => Some((Attribution::Window, SlotBlame::Transitive, Last)),
+            Scorer::Direct => Some((Attribution::Window, SlotBlame::Direct, All)),
+            Scorer::Paper => Some((Attribution::Paper, SlotBlame::Direct, All)),
             Scorer::DeepOverlap | Scorer::NaiveOverlap => None,
         }
     }
@@ -91,7 +96,7 @@ struct Measured {
     effects: Vec<f64>,
     /// Per scorer, per candidate.
     attributed: Vec<Vec<f64>>,
-    scores: Option<[Scores; 5]>,
+    scores: Option<[Scores; SCORERS.len()]>,
 }
 
 impl Measured {
@@ -192,7 +197,7 @@ async fn measure(kind: ScenarioKind, seed: u64) -> Result<Measured, BoxError> {
         return Ok(m);
     }
     m.attributed = attribute(&cfg, &scenario, &m.candidates).await?;
-    let mut scores = [Scores::default(); 5];
+    let mut scores = [Scores::default(); SCORERS.len()];
     for (s, scorer) in scores.iter_mut().zip(SCORERS) {
         *s = score(&m.attributed[scorer as usize], &m.effects);
     }
@@ -287,13 +292,14 @@ async fn attribute(
         let index = |name: &str| candidates.iter().position(|c| c == name);
         let mut out = vec![vec![0.0; candidates.len()]; SCORERS.len()];
         for scorer in SCORERS {
-            let Some((attribution, slots)) = scorer.options() else {
+            let Some((attribution, slots, tasks)) = scorer.options() else {
                 continue;
             };
             let opts = BlameOptions {
                 victims: Some(vec![victim.clone()]),
                 attribution,
                 slots,
+                tasks,
                 ..Default::default()
             };
             for row in snapshot.culprits(&opts)? {
@@ -419,7 +425,8 @@ fn table(measured: &[Measured]) -> String {
         .chain(std::iter::once(("all", measured.iter().collect())))
         .collect();
     for (name, group) in groups {
-        let scored: Vec<&[Scores; 5]> = group.iter().filter_map(|m| m.scores.as_ref()).collect();
+        let scored: Vec<&[Scores; SCORERS.len()]> =
+            group.iter().filter_map(|m| m.scores.as_ref()).collect();
         let left_out = group.len() - scored.len();
         let n = scored.len();
         for (s, scorer) in SCORERS.iter().enumerate() {

@@ -1152,6 +1152,7 @@ mod tests {
             Arc::new(StringArray::from(vec!["cpu"; n])),
             Arc::new(Float64Array::from(vec![Some(4.0); n])),
             Arc::new(Float64Array::from(vec![None; n])),
+            Arc::new(StringArray::from(vec![None::<&str>; n])),
         ];
         RecordBatch::try_new(Table::HostWindows.schema(), cols).unwrap()
     }

@@ -9,9 +9,9 @@ use super::level4::{Entry, Level4};
 use super::model::Dataset;
 use super::schedule::{self, BucketSource};
 use super::series::Windows;
-use super::sweep::Attribution;
-use super::transitive::{transitive, RunSeconds};
-use super::victims::{resolve_victims, window, BlameOptions, SlotBlame, Victims};
+use super::sweep::{Attribution, Explained};
+use super::transitive::{pass_on, transitive, Rho, RunSeconds};
+use super::victims::{resolve_victims, window, BlameOptions, SlotBlame, TaskBlame, Victims};
 use crate::MethodError;
 
 /// Level-4 blame of the victims' stages, over the window rows in memory.
@@ -69,7 +69,7 @@ fn blame_by<E: From<MethodError>>(
     ds: &Dataset,
     opts: &BlameOptions,
     windows: &Windows,
-    sweeps: impl FnOnce(&[bool], &Windows, Attribution) -> Result<Vec<Level4>, E>,
+    mut sweeps: impl FnMut(Explained<'_>, &Windows, Attribution) -> Result<Vec<Level4>, E>,
 ) -> Result<(Victims, Vec<Level4>), E> {
     let (from, to) = windows.whole();
     let opts = BlameOptions {
@@ -78,13 +78,14 @@ fn blame_by<E: From<MethodError>>(
         ..opts.clone()
     };
     let victims = resolve_victims(ds, &opts)?;
-    let series = match opts.slots {
-        SlotBlame::Direct => sweeps(&victims.stages, windows, opts.attribution)?,
-        SlotBlame::Transitive => {
+    let explained = Explained::new(&victims.stages, victims.tasks.as_deref());
+    let series = match (opts.slots, opts.tasks) {
+        (SlotBlame::Direct, _) => sweeps(explained, windows, opts.attribution)?,
+        (SlotBlame::Transitive, TaskBlame::All) => {
             // Holders need their own level 4: explain every stage, then keep the victims'.
             let all = vec![true; ds.stages.len()];
             let run = RunSeconds::of(ds, windows);
-            sweeps(&all, windows, opts.attribution)?
+            sweeps(Explained::stages(&all), windows, opts.attribution)?
                 .into_iter()
                 .enumerate()
                 .map(|(w, entries)| {
@@ -92,6 +93,24 @@ fn blame_by<E: From<MethodError>>(
                         .into_iter()
                         .filter(|e| victims.stages[e.stage as usize])
                         .collect();
+                    let (_, details) = entries.into_parts();
+                    Level4::from_chunks(vec![kept], details)
+                })
+                .collect()
+        }
+        (SlotBlame::Transitive, TaskBlame::Last) => {
+            // The holders' shares are over all their tasks: one sweep of
+            // every stage for them, one of the victims' last tasks.
+            let all = vec![true; ds.stages.len()];
+            let run = RunSeconds::of(ds, windows);
+            let holders = sweeps(Explained::stages(&all), windows, opts.attribution)?;
+            let last = sweeps(explained, windows, opts.attribution)?;
+            holders
+                .iter()
+                .zip(last)
+                .enumerate()
+                .map(|(w, (h, entries))| {
+                    let kept = pass_on(&entries, &Rho::of(h, &run, w as u32));
                     let (_, details) = entries.into_parts();
                     Level4::from_chunks(vec![kept], details)
                 })

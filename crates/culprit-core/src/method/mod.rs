@@ -9,6 +9,7 @@
 //! | 5 options and victims | `victims.rs` |
 //! | 5 level-4 blame of a set of victims | `blame.rs`, `level4.rs`, `schedule.rs` (on every core) |
 //! | 5b transitive slot blame | `transitive.rs` |
+//! | `victim_tasks=last`: the task that ends each stage (beyond the paper) | `last_task.rs` |
 //! | 6 the iQC-Graph | `graph.rs` |
 //! | 6 BC0, DOR, culprit kinds | `responsibility.rs` |
 //! | 6 use-cases (000 appendix E) | `usecases.rs` |
@@ -25,6 +26,7 @@ pub mod blame;
 pub mod critical_path;
 pub mod estimate;
 pub mod graph;
+pub mod last_task;
 pub mod level4;
 pub mod model;
 pub mod overlap;
@@ -57,5 +59,7 @@ pub use responsibility::{dor, Bc0, CulpritKind};
 pub use schedule::BucketSource;
 pub use series::{series_windows, Windows, MAX_SERIES_WINDOWS};
 pub use stage_ratp::{stage_ratp, StageRatp};
-pub use sweep::Attribution;
-pub use victims::{resolve_victims, window, BlameOptions, SlotBlame, VictimStages, Victims};
+pub use sweep::{Attribution, Explained};
+pub use victims::{
+    resolve_victims, window, BlameOptions, SlotBlame, TaskBlame, VictimStages, Victims,
+};

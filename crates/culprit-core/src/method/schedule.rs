@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::level4::{Culprit, Entry, Level4};
 use super::model::{Dataset, Interner, WindowRow, N_RES};
 use super::series::Windows;
-use super::sweep::{self, Attribution, Cells};
+use super::sweep::{self, Attribution, Cells, Explained};
 use crate::{MethodError, Resource};
 
 /// The level-4 nodes of one job, by window.
@@ -73,7 +73,7 @@ fn by_window(jobs: Vec<Nodes>, windows: &Windows, details: Option<Interner>) -> 
 /// The cluster-wide slot sweep (section 5) as level-4 nodes.
 fn slot_entries(
     ds: &Dataset,
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Nodes, MethodError> {
@@ -130,7 +130,7 @@ fn sweep_part(
     hosts: &[u32],
     tasks_by_host: &[Vec<u32>],
     parts: &[&Part],
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Nodes, MethodError> {
@@ -173,7 +173,7 @@ fn sweep_one(
     ds: &Dataset,
     g: usize,
     rows: &[&[WindowRow]],
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
     out: &mut Nodes,
@@ -190,7 +190,7 @@ fn sweep_one(
 /// One [`Level4`] per window.
 pub(crate) fn in_memory(
     ds: &Dataset,
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Vec<Level4>, MethodError> {
@@ -315,7 +315,7 @@ pub trait BucketSource: Sync {
 pub(crate) fn streamed<S: BucketSource>(
     ds: &Dataset,
     source: &S,
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Vec<Level4>, S::Error> {
@@ -336,7 +336,7 @@ pub(crate) fn streamed<S: BucketSource>(
     // stored with two hosts (its rows could sit in any bucket).
     let mut victim_host = vec![false; ds.hosts.len()];
     for t in &ds.tasks {
-        if victim[t.stage as usize] {
+        if victim.stage(t.stage) {
             victim_host[t.host as usize] = true;
         }
     }

@@ -110,7 +110,7 @@ impl<'a> SlowdownAcc<'a> {
             return;
         }
         self.seen[t] = true;
-        if !self.victims.stages[row.stage as usize]
+        if !self.victims.task(row.task, row.stage)
             || Resource::ALL[group % N_RES] == Resource::Slots
         {
             return;
@@ -133,7 +133,7 @@ impl<'a> SlowdownAcc<'a> {
     pub fn finish(mut self) -> FxHashMap<u32, f64> {
         let ds = self.ds;
         for (t, task) in ds.tasks.iter().enumerate() {
-            if !self.seen[t] && self.victims.stages[task.stage as usize] {
+            if !self.seen[t] && self.victims.task(t as u32, task.stage) {
                 for (r, row) in ds.synthesize(t as u32) {
                     self.add(Dataset::group(task.host, r), &row);
                 }

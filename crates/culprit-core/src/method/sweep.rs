@@ -44,6 +44,39 @@ pub type Cells = FxHashMap<(u32, u32, u32, u32), f64>;
 
 const EPS: f64 = 1e-12;
 
+/// What a sweep explains: the victim stages and, optionally, only some of
+/// their tasks (`tasks=last`); the other tasks remain consumers.
+#[derive(Debug, Clone, Copy)]
+pub struct Explained<'a> {
+    stages: &'a [bool],
+    tasks: Option<&'a [bool]>,
+}
+
+impl<'a> Explained<'a> {
+    /// Every task of the `stages` marked.
+    pub fn stages(stages: &'a [bool]) -> Explained<'a> {
+        Explained {
+            stages,
+            tasks: None,
+        }
+    }
+
+    /// The tasks marked in `tasks` (when given) of the `stages` marked.
+    pub fn new(stages: &'a [bool], tasks: Option<&'a [bool]>) -> Explained<'a> {
+        Explained { stages, tasks }
+    }
+
+    /// Is stage `s` (some of its tasks) explained?
+    pub fn stage(&self, s: u32) -> bool {
+        self.stages[s as usize]
+    }
+
+    /// Is task `t` of stage `s` explained?
+    pub fn task(&self, t: u32, s: u32) -> bool {
+        self.stages[s as usize] && self.tasks.is_none_or(|m| m[t as usize])
+    }
+}
+
 /// Clips `[s, e)` to `[from, to)`; `None` when nothing is left.
 #[inline]
 pub fn clip(s: Micros, e: Micros, from: Micros, to: Micros) -> Option<(Micros, Micros)> {
@@ -125,7 +158,7 @@ pub fn sweep_group(
     resource: Resource,
     rows: &[&[WindowRow]],
     host_rows: &[HostRow],
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Cells, MethodError> {
@@ -256,7 +289,7 @@ impl Group {
         ds: &Dataset,
         resource: Resource,
         rows: &[&[WindowRow]],
-        victim: &[bool],
+        victim: Explained<'_>,
         windows: &Windows,
         mode: Attribution,
     ) -> Result<Group, MethodError> {
@@ -282,7 +315,7 @@ impl Group {
                 continue;
             }
             let stage = row.stage;
-            let is_victim = victim[stage as usize];
+            let is_victim = victim.task(row.task, stage);
             let (b, a, gc) = (row.blocked / len, row.acquired / len, row.gc() / len);
             let (mut rest, mut gc_rate) = (0.0, 0.0);
             if is_victim {
@@ -772,7 +805,7 @@ impl SlotSet {
 pub fn sweep_slots(
     ds: &Dataset,
     slot_rows: &[&[HostRow]],
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Cells, MethodError> {
@@ -784,9 +817,9 @@ pub fn sweep_slots(
     let scopes = ds.slot_scopes();
     let mut pools: Vec<u32> = scopes
         .iter()
-        .zip(victim)
-        .filter(|(_, v)| **v)
-        .map(|(s, _)| *s)
+        .enumerate()
+        .filter(|(i, _)| victim.stage(*i as u32))
+        .map(|(_, s)| *s)
         .collect();
     pools.sort_unstable();
     pools.dedup();
@@ -818,7 +851,7 @@ fn sweep_slot_pool(
     hosts: usize,
     slot_rows: &[(usize, HostRow)],
     in_pool: impl Fn(u32) -> bool,
-    victim: &[bool],
+    victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Cells, MethodError> {
@@ -826,12 +859,15 @@ fn sweep_slot_pool(
     // (time, kind: 0 hold, 1 wait, 2 capacity, 3 window bound, delta,
     // stage, capacity row or window)
     let mut events: Vec<(Micros, u8, i8, u32)> = Vec::new();
-    for t in ds.tasks.iter().filter(|t| in_pool(t.stage)) {
+    for (i, t) in ds.tasks.iter().enumerate() {
+        if !in_pool(t.stage) {
+            continue;
+        }
         if let Some((s, e)) = clip(t.launch, t.finish, from, to) {
             events.push((s, 0, 1, t.stage));
             events.push((e, 0, -1, t.stage));
         }
-        if let Some(ready) = t.ready.filter(|_| victim[t.stage as usize]) {
+        if let Some(ready) = t.ready.filter(|_| victim.task(i as u32, t.stage)) {
             if let Some((s, e)) = clip(ready, t.launch, from, to) {
                 events.push((s, 1, 1, t.stage));
                 events.push((e, 1, -1, t.stage));

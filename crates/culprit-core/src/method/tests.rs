@@ -615,7 +615,7 @@ proptest! {
             }
             let r = Resource::ALL[g % model::N_RES];
             let got = sweep::sweep_group(
-                &ds, r, &[ds.windows[g].as_slice()], &ds.host_rows[g], &victim,
+                &ds, r, &[ds.windows[g].as_slice()], &ds.host_rows[g], sweep::Explained::stages(&victim),
                 &Windows::one((i64::MIN, i64::MAX)), Attribution::Window,
             ).unwrap();
             let mut got_by: FxHashMap<(u32, u32), f64> = FxHashMap::default();
@@ -651,7 +651,7 @@ proptest! {
             .map(|h| ds.host_rows[Dataset::group(h as u32, Resource::Slots)].as_slice())
             .collect();
         let victim = vec![true; ds.stages.len()];
-        let got = sweep::sweep_slots(&ds, &rows, &victim, &Windows::one((i64::MIN, i64::MAX)), Attribution::Window).unwrap();
+        let got = sweep::sweep_slots(&ds, &rows, sweep::Explained::stages(&victim), &Windows::one((i64::MIN, i64::MAX)), Attribution::Window).unwrap();
         let want = slots_brute_force(&ds, &caps);
         let got: FxHashMap<(u32, u32), f64> = got.into_iter().map(|((_, v, _, c), x)| ((v, c), x)).collect();
         for (k, w) in &want {
@@ -766,6 +766,7 @@ proptest! {
             stages: if all_stages { VictimStages::All } else { VictimStages::CriticalPath },
             attribution: if paper { Attribution::Paper } else { Attribution::Window },
             slots: if transitive { SlotBlame::Transitive } else { SlotBlame::Direct },
+            tasks: TaskBlame::All,
             from: Some(from),
             to: Some(to),
         };
@@ -1163,4 +1164,140 @@ fn victim_slowdown_is_from_ratp() {
     assert_eq!(rows.len(), 1);
     let s = rows[0].slowdown.expect("capacity is known");
     assert!(close(s, 2.25), "slowdown {s}");
+}
+
+/// `victim_tasks=last`: V's stage has two tasks; v1 (host a, 0..10 s) ends
+/// the stage and was blocked 2 s on cpu by X, v2 (host b, 0..8 s) was
+/// blocked 6 s by Y but ended earlier. Summed over tasks Y is first (6 s
+/// against 2 s); the task that sets the stage's latency was slowed by X
+/// only: X 2 s, Y nothing.
+#[test]
+fn victim_tasks_last_explains_the_task_that_ends_the_stage() {
+    let mut ds = Dataset::new();
+    let v1 = ds.add_task("v1", "V", "0", "a", 0, 10 * S, Some(0), Totals::default());
+    let v2 = ds.add_task("v2", "V", "0", "b", 0, 8 * S, Some(0), Totals::default());
+    let x = ds.add_task("x", "X", "0", "a", 0, 10 * S, None, Totals::default());
+    let y = ds.add_task("y", "Y", "0", "b", 0, 8 * S, None, Totals::default());
+    ds.add_window(v1, Resource::Cpu, "", 0, 10 * S, 2.0, 8.0, 0.0);
+    ds.add_window(v2, Resource::Cpu, "", 0, 8 * S, 6.0, 2.0, 0.0);
+    ds.add_window(x, Resource::Cpu, "", 0, 10 * S, 0.0, 10.0, 0.0);
+    ds.add_window(y, Resource::Cpu, "", 0, 8 * S, 0.0, 8.0, 0.0);
+    let (victims, all) = blame(&ds, &all_stages(&["V"])).unwrap();
+    assert!(victims.tasks.is_none());
+    let m = by_culprit(&ds, &all);
+    assert!(close(m["X"], 2.0) && close(m["Y"], 6.0), "{m:?}");
+    for slots in [SlotBlame::Direct, SlotBlame::Transitive] {
+        let opts = BlameOptions {
+            tasks: TaskBlame::Last,
+            slots,
+            ..all_stages(&["V"])
+        };
+        let (victims, last) = blame(&ds, &opts).unwrap();
+        assert_eq!(victims.tasks, Some(vec![true, false, false, false]));
+        let m = by_culprit(&ds, &last);
+        assert!(close(m["X"], 2.0), "{slots:?} {m:?}");
+        assert!(!m.contains_key("Y"), "{slots:?} {m:?}");
+    }
+}
+
+/// Ties for the last task: the longer task, then the smaller id.
+#[test]
+fn last_task_ties() {
+    let mut ds = Dataset::new();
+    ds.add_task("a", "V", "0", "h", 2 * S, 5 * S, None, Totals::default());
+    ds.add_task("b", "V", "0", "h", S, 5 * S, None, Totals::default());
+    ds.add_task("c", "V", "0", "h", S, 5 * S, None, Totals::default());
+    ds.add_task("d", "V", "1", "h", 0, S, None, Totals::default());
+    ds.add_task("e", "W", "0", "h", 0, 9 * S, None, Totals::default());
+    let stages: Vec<bool> = (0..ds.stages.len() as u32)
+        .map(|s| ds.stage_query_name(s) == "V")
+        .collect();
+    assert_eq!(
+        last_task::last_tasks(&ds, &stages),
+        vec![false, true, false, true, false]
+    );
+}
+
+/// `victim_tasks=last` with transitive slot blame: the last task's slot
+/// wait is passed on in the holders' proportions over all their tasks.
+/// H (n1, 0..10 s) is blocked 5 s of its 10 by an external reader; V's v1
+/// (n1) waits 2..10 s for a slot and runs 10..11 s; v2 (n2) runs 2..4 s
+/// blocked 1 s on cpu by Y (y, n2, 2..4 s). v1's wait: 2..4 s shared by
+/// the slots of H, v2 and y (2/3 s each), 4..10 s H: H 20/3 s, V's own
+/// stage 2/3 s, Y 2/3 s. rho(H, external) = 5/10; rho(V0, Y) = 1 s /
+/// RUN(V0) (1 s + 2 s) = 1/3; Y was not slowed (rho(Y) = 0).
+/// All tasks: external 10/3, H 10/3, Y 1 (v2) + 2/3 + 2/9 (via V0) = 17/9,
+/// self 4/9. Last task (v1): the same without v2's own 1 s: Y 8/9.
+#[test]
+fn victim_tasks_last_with_transitive_slots() {
+    let mut ds = Dataset::new();
+    let h = ds.add_task("h", "H", "0", "n1", 0, 10 * S, None, Totals::default());
+    ds.add_window(h, Resource::DiskRead, "", 0, 10 * S, 5.0, 100.0, 0.0);
+    ds.add_host_row(
+        "n1",
+        Resource::DiskRead,
+        HostRow {
+            start: 0,
+            end: 10 * S,
+            capacity: None,
+            used: Some(200.0),
+            scope: 0,
+        },
+    );
+    ds.add_task(
+        "v1",
+        "V",
+        "0",
+        "n1",
+        10 * S,
+        11 * S,
+        Some(2 * S),
+        Totals::default(),
+    );
+    let v2 = ds.add_task(
+        "v2",
+        "V",
+        "0",
+        "n2",
+        2 * S,
+        4 * S,
+        Some(2 * S),
+        Totals::default(),
+    );
+    let y = ds.add_task("y", "Y", "0", "n2", 2 * S, 4 * S, None, Totals::default());
+    ds.add_window(v2, Resource::Cpu, "", 2 * S, 4 * S, 1.0, 1.0, 0.0);
+    ds.add_window(y, Resource::Cpu, "", 2 * S, 4 * S, 0.0, 2.0, 0.0);
+    let transitive = BlameOptions {
+        slots: SlotBlame::Transitive,
+        ..all_stages(&["V"])
+    };
+    let (_, all) = blame(&ds, &transitive).unwrap();
+    let m = by_culprit(&ds, &all);
+    assert!(
+        close(m["external"], 10.0 / 3.0) && close(m["H"], 10.0 / 3.0),
+        "{m:?}"
+    );
+    assert!(
+        close(m["Y"], 17.0 / 9.0) && close(m["V"], 4.0 / 9.0),
+        "{m:?}"
+    );
+    let (_, last) = blame(
+        &ds,
+        &BlameOptions {
+            tasks: TaskBlame::Last,
+            ..transitive
+        },
+    )
+    .unwrap();
+    let m = by_culprit(&ds, &last);
+    assert!(
+        close(m["external"], 10.0 / 3.0) && close(m["H"], 10.0 / 3.0),
+        "{m:?}"
+    );
+    assert!(
+        close(m["Y"], 8.0 / 9.0) && close(m["V"], 4.0 / 9.0),
+        "{m:?}"
+    );
+    let total: f64 = last.iter().map(|e| e.seconds).sum();
+    assert!(close(total, 8.0), "v1's 8 s of wait, conserved: {total}");
 }

@@ -44,35 +44,53 @@ impl RunSeconds {
     }
 }
 
+/// Per holder stage, the shares `rho(cs, X)` of section 5b, from window
+/// `w`'s `entries` (every stage explained, every task).
+pub(crate) struct Rho(FxHashMap<u32, Vec<(Culprit, f64)>>);
+
+impl Rho {
+    pub(crate) fn of(entries: &Level4, run: &RunSeconds, w: u32) -> Rho {
+        let mut rho: FxHashMap<u32, Vec<(Culprit, f64)>> = FxHashMap::default();
+        for e in entries.iter().filter(|e| e.resource != Resource::Slots) {
+            let v = rho.entry(e.stage).or_default();
+            let c = e.culprit();
+            match v.iter_mut().find(|(x, _)| *x == c) {
+                Some((_, x)) => *x += e.seconds,
+                None => v.push((c, e.seconds)),
+            }
+        }
+        for (cs, v) in rho.iter_mut() {
+            let r = run.get(w, *cs);
+            if r <= 0.0 {
+                v.clear();
+                continue;
+            }
+            for (_, x) in v.iter_mut() {
+                *x /= r;
+            }
+            let sum: f64 = v.iter().map(|(_, x)| x).sum();
+            if sum > 1.0 {
+                for (_, x) in v.iter_mut() {
+                    *x /= sum;
+                }
+            }
+        }
+        Rho(rho)
+    }
+}
+
 /// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
 /// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`; `entries` are
 /// window `w`'s.
 pub(crate) fn transitive(entries: &Level4, run: &RunSeconds, w: u32) -> Vec<Entry> {
-    let mut rho: FxHashMap<u32, Vec<(Culprit, f64)>> = FxHashMap::default();
-    for e in entries.iter().filter(|e| e.resource != Resource::Slots) {
-        let v = rho.entry(e.stage).or_default();
-        let c = e.culprit();
-        match v.iter_mut().find(|(x, _)| *x == c) {
-            Some((_, x)) => *x += e.seconds,
-            None => v.push((c, e.seconds)),
-        }
-    }
-    for (cs, v) in rho.iter_mut() {
-        let r = run.get(w, *cs);
-        if r <= 0.0 {
-            v.clear();
-            continue;
-        }
-        for (_, x) in v.iter_mut() {
-            *x /= r;
-        }
-        let sum: f64 = v.iter().map(|(_, x)| x).sum();
-        if sum > 1.0 {
-            for (_, x) in v.iter_mut() {
-                *x /= sum;
-            }
-        }
-    }
+    pass_on(entries, &Rho::of(entries, run, w))
+}
+
+/// Section 5b with the holders' shares given: the victims' `entries` may
+/// come from another sweep than `rho` (`tasks=last` explains one task per
+/// victim stage, while a holder's shares are over all its tasks).
+pub(crate) fn pass_on(entries: &Level4, rho: &Rho) -> Vec<Entry> {
+    let rho = &rho.0;
     let mut out = Vec::with_capacity(entries.len());
     for e in entries.iter().copied() {
         let Culprit::Stage(cs) = e.culprit() else {

@@ -232,8 +232,8 @@ pub fn victims(
 ) -> Vec<VictimSummary> {
     let bc0 = Bc0::of(ds, entries);
     let mut task_s: FxHashMap<u32, f64> = FxHashMap::default();
-    for t in &ds.tasks {
-        if !victims.stages[t.stage as usize] {
+    for (i, t) in ds.tasks.iter().enumerate() {
+        if !victims.task(i as u32, t.stage) {
             continue;
         }
         let start = t.ready.unwrap_or(t.launch).min(t.launch);

@@ -3,6 +3,7 @@
 //! resolve to in a dataset.
 
 use super::critical_path::critical_path;
+use super::last_task::last_tasks;
 use super::model::{Dataset, Micros};
 use super::sweep::{self, Attribution};
 use crate::MethodError;
@@ -28,6 +29,18 @@ pub enum SlotBlame {
     Transitive,
 }
 
+/// Which tasks of an explained stage are explained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskBlame {
+    /// Every task: blame is in task-seconds, summed over parallel tasks
+    /// (section 5), the default and the paper's form: `tasks=all`.
+    All,
+    /// The stage's last-finishing task only, the one that sets the stage's
+    /// latency (its slot wait covers the earlier waves): blame is in
+    /// seconds of latency (`tasks=last`, docs/method.md).
+    Last,
+}
+
 /// What to explain.
 #[derive(Debug, Clone)]
 pub struct BlameOptions {
@@ -36,6 +49,7 @@ pub struct BlameOptions {
     pub stages: VictimStages,
     pub attribution: Attribution,
     pub slots: SlotBlame,
+    pub tasks: TaskBlame,
     pub from: Option<Micros>,
     pub to: Option<Micros>,
 }
@@ -47,6 +61,7 @@ impl Default for BlameOptions {
             stages: VictimStages::CriticalPath,
             attribution: Attribution::Window,
             slots: SlotBlame::Transitive,
+            tasks: TaskBlame::All,
             from: None,
             to: None,
         }
@@ -59,6 +74,16 @@ pub struct Victims {
     pub queries: Vec<u32>,
     /// Per stage: explained?
     pub stages: Vec<bool>,
+    /// Per task: explained? `None`: every task of an explained stage
+    /// (`tasks=all`); with `tasks=last`, the last-finishing task of each.
+    pub tasks: Option<Vec<bool>>,
+}
+
+impl Victims {
+    /// Is task `t` (of stage `stage`) explained?
+    pub fn task(&self, t: u32, stage: u32) -> bool {
+        self.stages[stage as usize] && self.tasks.as_ref().is_none_or(|m| m[t as usize])
+    }
 }
 
 /// The analysis window, all data when unbounded.
@@ -129,5 +154,13 @@ pub fn resolve_victims(ds: &Dataset, opts: &BlameOptions) -> Result<Victims, Met
             }
         }
     }
-    Ok(Victims { queries, stages })
+    let tasks = match opts.tasks {
+        TaskBlame::All => None,
+        TaskBlame::Last => Some(last_tasks(ds, &stages)),
+    };
+    Ok(Victims {
+        queries,
+        stages,
+        tasks,
+    })
 }

@@ -20,7 +20,7 @@ pub struct AggressiveQueries {
 impl TableFunction for AggressiveQueries {
     const NAME: &'static str = "aggressive_queries";
     const SIGNATURE: &'static str =
-        "aggressive_queries([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+        "aggressive_queries([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         schema(&AGGRESSOR_COLUMNS)

@@ -22,7 +22,7 @@ pub struct AggressiveQueriesSeries {
 
 impl TableFunction for AggressiveQueriesSeries {
     const NAME: &'static str = "aggressive_queries_series";
-    const SIGNATURE: &'static str = "aggressive_queries_series(from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+    const SIGNATURE: &'static str = "aggressive_queries_series(from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         let mut columns = WINDOW_COLUMNS.to_vec();

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use culprit_core::method::{Attribution, BlameOptions, Micros, SlotBlame, VictimStages};
+use culprit_core::method::{Attribution, BlameOptions, Micros, SlotBlame, TaskBlame, VictimStages};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::catalog::TableFunctionArgs;
@@ -209,6 +209,18 @@ impl Args {
                         }
                     }
                 }
+                "victim_tasks" | "tasks" => {
+                    o.tasks = match v.as_str() {
+                        "all" => TaskBlame::All,
+                        "last" => TaskBlame::Last,
+                        _ => {
+                            return bad_arg!(
+                                self.function,
+                                "victim_tasks must be 'all' or 'last', got '{v}'",
+                            )
+                        }
+                    }
+                }
                 _ => return bad_arg!(self.function, "unknown option '{k}'",),
             }
         }
@@ -298,13 +310,15 @@ impl Args {
 }
 
 /// The option names; any other text is a positional value (a query id may
-/// hold a `=`). The blame functions take the first four, `estimate()` the
+/// hold a `=`). The blame functions take the first six, `estimate()` the
 /// rest.
-const OPTIONS: [&str; 13] = [
+const OPTIONS: [&str; 15] = [
     "victim_stages",
     "stages",
     "attribution",
     "slots",
+    "victim_tasks",
+    "tasks",
     "theta_disk_read",
     "theta_disk_write",
     "theta_network",
@@ -338,6 +352,10 @@ mod tests {
             super::option("slots=transitive"),
             Some(("slots".into(), "transitive".into()))
         );
+        assert_eq!(
+            super::option("victim_tasks=last"),
+            Some(("victim_tasks".into(), "last".into()))
+        );
         assert_eq!(super::option("2026-01-01T00:00:00Z"), None);
         assert_eq!(super::option("app/q=1"), None);
     }
@@ -352,7 +370,7 @@ mod fuzz {
     use super::*;
     use proptest::prelude::*;
 
-    const VALID: [&str; 12] = [
+    const VALID: [&str; 14] = [
         "victim_stages=all",
         "victim_stages => critical_path",
         "stages='stage-1'",
@@ -360,6 +378,8 @@ mod fuzz {
         "attribution => paper",
         "slots=direct",
         "slots => transitive",
+        "victim_tasks=last",
+        "tasks => all",
         "2026-01-01T00:00:00Z",
         "2026-01-01 00:00:00.5+02:00",
         "2026-01-01T00:00:00",

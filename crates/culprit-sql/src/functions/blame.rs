@@ -25,7 +25,7 @@ pub struct Blame {
 
 impl TableFunction for Blame {
     const NAME: &'static str = "blame";
-    const SIGNATURE: &'static str = "blame(victim [, from [, to]] [, 'victim_stages=critical_path|all|<stage>'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+    const SIGNATURE: &'static str = "blame(victim [, from [, to]] [, 'victim_stages=critical_path|all|<stage>'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         blame_schema()

@@ -21,7 +21,7 @@ pub struct Culprits {
 
 impl TableFunction for Culprits {
     const NAME: &'static str = "culprits";
-    const SIGNATURE: &'static str = "culprits(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+    const SIGNATURE: &'static str = "culprits(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         culprits_schema()

@@ -22,7 +22,7 @@ pub struct CulpritsSeries {
 
 impl TableFunction for CulpritsSeries {
     const NAME: &'static str = "culprits_series";
-    const SIGNATURE: &'static str = "culprits_series(victim, from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+    const SIGNATURE: &'static str = "culprits_series(victim, from, to, step [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         let mut columns = WINDOW_COLUMNS.to_vec();

@@ -19,7 +19,7 @@ pub struct HotResources {
 impl TableFunction for HotResources {
     const NAME: &'static str = "hot_resources";
     const SIGNATURE: &'static str =
-        "hot_resources([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+        "hot_resources([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         schema(&[

@@ -20,7 +20,7 @@ pub struct IqcEdges {
 
 impl TableFunction for IqcEdges {
     const NAME: &'static str = "iqc_edges";
-    const SIGNATURE: &'static str = "iqc_edges(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+    const SIGNATURE: &'static str = "iqc_edges(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         iqc_edges_schema()

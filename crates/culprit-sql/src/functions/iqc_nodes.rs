@@ -21,7 +21,7 @@ pub struct IqcNodes {
 
 impl TableFunction for IqcNodes {
     const NAME: &'static str = "iqc_nodes";
-    const SIGNATURE: &'static str = "iqc_nodes(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+    const SIGNATURE: &'static str = "iqc_nodes(victim [, from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         iqc_nodes_schema()

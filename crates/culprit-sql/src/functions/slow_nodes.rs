@@ -19,7 +19,7 @@ pub struct SlowNodes {
 impl TableFunction for SlowNodes {
     const NAME: &'static str = "slow_nodes";
     const SIGNATURE: &'static str =
-        "slow_nodes([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+        "slow_nodes([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         schema(&[

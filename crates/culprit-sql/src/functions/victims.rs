@@ -19,7 +19,7 @@ pub struct Victims {
 impl TableFunction for Victims {
     const NAME: &'static str = "victims";
     const SIGNATURE: &'static str =
-        "victims([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'])";
+        "victims([from [, to]] [, 'victim_stages=...'] [, 'attribution=window|paper'] [, 'slots=direct|transitive'] [, 'victim_tasks=all|last'])";
 
     fn schema() -> SchemaRef {
         schema(&[
