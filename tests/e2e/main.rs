@@ -23,5 +23,6 @@ mod server;
 mod slt;
 mod spark;
 mod streaming;
+mod trino;
 mod user_tables;
 mod wire_fuzz;

@@ -2,6 +2,7 @@
 //! it over the PostgreSQL wire.
 
 mod accuracy;
+mod collect_trino;
 mod files;
 mod limits;
 mod output;
@@ -193,9 +194,23 @@ enum UserCommand {
 }
 
 #[derive(Subcommand)]
+enum CollectCommand {
+    /// Poll a Trino (or Presto) coordinator's /v1/query for finished queries and
+    /// ingest each one's QueryInfo (stages, tasks with their node, blocked and
+    /// queued time; docs/trino.md) before it expires.
+    Trino {
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        args: collect_trino::TrinoArgs,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Ingest telemetry files or folders as one batch: interchange Parquet, CSV, JSON lines,
-    /// and Spark event logs (plain or lz4/lzf/snappy/zstd, rolling, legacy, in progress).
+    /// Spark event logs (plain or lz4/lzf/snappy/zstd, rolling, legacy, in progress), and
+    /// Trino/Presto query JSON (QueryInfo, event-listener QueryCompletedEvent).
     Ingest {
         #[command(flatten)]
         store: StoreArg,
@@ -229,6 +244,11 @@ enum Command {
         /// Files, folders, or s3:// / file:// URLs.
         #[arg(required = true)]
         paths: Vec<String>,
+    },
+    /// Collect telemetry from a running engine and ingest it.
+    Collect {
+        #[command(subcommand)]
+        command: CollectCommand,
     },
     /// Run one SQL statement and print the result.
     Sql {
@@ -422,6 +442,12 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Collect {
+            command: CollectCommand::Trino { store, args },
+        } => {
+            let store = Store::open(&store.store)?;
+            collect_trino::run(&store, &args).await
         }
         Command::Sql {
             store,

@@ -15,6 +15,7 @@ use crate::formats::{self, Format, Origin, RawRows};
 use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
+use crate::trino;
 use crate::validate::{self, BatchDuplicates, Known};
 
 /// Rows buffered per table before they are written out as a Parquet file.
@@ -90,6 +91,8 @@ pub struct IngestReport {
     pub rejected: Vec<Rejection>,
     /// Spark event logs (applications) read.
     pub spark_logs: usize,
+    /// Trino and Presto queries read (QueryInfo, QueryCompletedEvent).
+    pub trino_queries: usize,
     /// Things worth knowing that are not errors: unknown Spark event types
     /// skipped, a cut last line of a log in progress.
     pub notes: Vec<String>,
@@ -110,10 +113,11 @@ impl IngestReport {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let logs = if self.spark_logs > 0 {
-            format!(" ({} Spark event logs)", self.spark_logs)
-        } else {
-            String::new()
+        let logs = match (self.spark_logs, self.trino_queries) {
+            (0, 0) => String::new(),
+            (s, 0) => format!(" ({s} Spark event logs)"),
+            (0, t) => format!(" ({t} Trino/Presto queries)"),
+            (s, t) => format!(" ({s} Spark event logs, {t} Trino/Presto queries)"),
         };
         let mut s = format!(
             "{} files{logs}, rows: {rows}; rejected {}",
@@ -570,6 +574,13 @@ impl Ctx<'_> {
         // The decoded text is all that is needed from here: free the input.
         drop(raw_parts);
         if !spark::is_event_log(&parts[0].text) {
+            if let [part] = parts.as_slice() {
+                match trino::read(&part.text) {
+                    Some(Ok(doc)) => return self.add_trino(name, doc).await,
+                    Some(Err(reason)) => return Ok(self.unusable(name, reason, explicit)),
+                    None => {}
+                }
+            }
             return Ok(self.not_an_event_log(name, explicit));
         }
         self.report.spark_logs += 1;
@@ -622,6 +633,44 @@ impl Ctx<'_> {
         Ok(parts)
     }
 
+    /// Trino or Presto query JSON: its rows checked and buffered (tasks
+    /// before their windows), its bad lines rejected, its notes kept.
+    async fn add_trino(&mut self, name: &str, doc: trino::Parsed) -> Result<LogOutcome> {
+        self.report.trino_queries += doc.queries;
+        for (line, reason) in doc.malformed {
+            self.report.rejected.push(Rejection {
+                file: name.to_string(),
+                location: Some(format!("line {line}")),
+                reason,
+            });
+        }
+        self.report
+            .notes
+            .extend(doc.notes.into_iter().map(|n| format!("{name}: {n}")));
+        for (table, raw) in doc.tables {
+            let locate = |o: Origin| (name.to_string(), o.to_string());
+            self.add_rows(table, raw, name, BatchDuplicates::Skip, &locate)
+                .await?;
+        }
+        Ok(LogOutcome::Parsed)
+    }
+
+    /// Trino JSON that holds no telemetry: rejected with the reason when
+    /// the user named it, else ignored (listed) with the reason as a note.
+    fn unusable(&mut self, name: &str, reason: String, explicit: bool) -> LogOutcome {
+        if explicit {
+            self.report.rejected.push(Rejection {
+                file: name.to_string(),
+                location: None,
+                reason,
+            });
+            return LogOutcome::Rejected;
+        }
+        self.report.notes.push(format!("{name}: {reason}"));
+        self.report.ignored_files.push(name.to_string());
+        LogOutcome::Ignored
+    }
+
     /// A file whose first line is no Spark event: rejected when the user
     /// named it (saying what it may be instead), else ignored.
     fn not_an_event_log(&mut self, name: &str, explicit: bool) -> LogOutcome {
@@ -634,7 +683,7 @@ impl Ctx<'_> {
         } else {
             "not telemetry: neither an interchange file (tasks.csv, \
              stages.parquet, ...) nor a Spark event log (its first line \
-             is not a JSON event)"
+             is not a JSON event) nor Trino or Presto query JSON"
         };
         self.report.rejected.push(Rejection {
             file: name.to_string(),

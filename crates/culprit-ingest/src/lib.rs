@@ -5,7 +5,9 @@
 //! The pipeline is `sources` (list and fetch files, local or object store)
 //! -> `formats` (Parquet / CSV / JSON lines into raw Arrow columns) ->
 //! `convert` (into the canonical column types) -> `validate` (the rejection
-//! rules) -> `driver` (dedup, batch, commit, report).
+//! rules) -> `driver` (dedup, batch, commit, report). Engine-native
+//! sources are translated into the same rows: `spark` (event logs), `trino`
+//! (Trino's QueryInfo, Trino's and Presto's QueryCompletedEvent).
 
 mod convert;
 mod driver;
@@ -16,6 +18,7 @@ pub mod fuzz;
 mod identity;
 mod sources;
 pub mod spark;
+mod trino;
 mod user_table;
 mod validate;
 

@@ -26,15 +26,29 @@ pub struct SourceFile {
 enum Loc {
     Local(PathBuf),
     Object(Arc<dyn ObjectStore>, Path),
+    /// Fetched already (`culprit collect`): the bytes themselves.
+    Memory(Bytes),
 }
 
 impl SourceFile {
+    /// A file already in memory (a document fetched over HTTP), named
+    /// `name` in messages and read as if the user had named it.
+    pub fn from_bytes(name: impl Into<String>, bytes: Bytes) -> SourceFile {
+        SourceFile {
+            name: name.into(),
+            size: bytes.len() as u64,
+            explicit: true,
+            loc: Loc::Memory(bytes),
+        }
+    }
+
     /// Reads the whole file.
     pub async fn read(&self) -> Result<Bytes> {
         match &self.loc {
             Loc::Local(p) => std::fs::read(p)
                 .map(Bytes::from)
                 .map_err(|e| source_err(&self.name, format!("cannot read: {e}"))),
+            Loc::Memory(bytes) => Ok(bytes.clone()),
             Loc::Object(store, path) => {
                 let get = store
                     .get(path)

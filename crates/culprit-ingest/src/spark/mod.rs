@@ -10,7 +10,7 @@
 mod app;
 mod codec;
 mod events;
-mod rows;
+pub(crate) mod rows;
 pub mod zip;
 
 use std::collections::BTreeMap;
