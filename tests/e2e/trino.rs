@@ -48,11 +48,15 @@ fn floats(b: &[RecordBatch], c: usize) -> Vec<Option<f64>> {
         .collect()
 }
 
+/// A text column (plain or dictionary-encoded, as `blame()` gives them).
 fn texts(b: &[RecordBatch], c: usize) -> Vec<Option<String>> {
     b.iter()
         .flat_map(|b| {
-            let a = b.column(c).as_string::<i32>();
-            (0..a.len()).map(move |i| a.is_valid(i).then(|| a.value(i).to_string()))
+            let col = arrow::compute::cast(b.column(c), &arrow::datatypes::DataType::Utf8).unwrap();
+            let a = col.as_string::<i32>().clone();
+            (0..a.len())
+                .map(|i| a.is_valid(i).then(|| a.value(i).to_string()))
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -85,7 +89,11 @@ async fn query_info_ingests_with_exact_counts_and_values() {
     let report = ingest_into(&store, &[&trino(QUERY_INFO)]).await;
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(report.trino_queries, 1);
-    assert!(report.summary().contains("(1 Trino/Presto queries)"), "{}", report.summary());
+    assert!(
+        report.summary().contains("(1 Trino/Presto queries)"),
+        "{}",
+        report.summary()
+    );
     // 1 query, 5 stages, 19 tasks on 8 nodes (MANIFEST.md: "5 stages, 19
     // tasks on 8 nodes").
     assert_eq!(count(&store, "SELECT count(*) FROM queries").await, 1);
@@ -95,7 +103,16 @@ async fn query_info_ingests_with_exact_counts_and_values() {
     let hosts: Vec<String> = texts(&hosts, 0).into_iter().flatten().collect();
     assert_eq!(
         hosts,
-        ["10.0.1.10", "10.0.1.3", "10.0.1.4", "10.0.1.5", "10.0.1.6", "10.0.1.7", "10.0.1.8", "10.0.1.9"]
+        [
+            "10.0.1.10",
+            "10.0.1.3",
+            "10.0.1.4",
+            "10.0.1.5",
+            "10.0.1.6",
+            "10.0.1.7",
+            "10.0.1.8",
+            "10.0.1.9"
+        ]
     );
 
     // The query: session.user, resourceGroupId, queryStats times, state.
@@ -112,17 +129,28 @@ async fn query_info_ingests_with_exact_counts_and_values() {
     assert_eq!(micros(&q, 4), [Some(at(37.047))]);
     assert_eq!(micros(&q, 5), [Some(at(37.202))]);
     assert_eq!(micros(&q, 6), [Some(at(49.949))]);
-    assert!(texts(&q, 7)[0].as_deref().unwrap().starts_with("--TPC-DS Q3\nselect dt.d_year"));
+    assert!(texts(&q, 7)[0]
+        .as_deref()
+        .unwrap()
+        .starts_with("--TPC-DS Q3\nselect dt.d_year"));
     let tags: Value = serde_json::from_str(texts(&q, 8)[0].as_deref().unwrap()).unwrap();
     assert_eq!(tags["source"], "trino");
     assert_eq!(tags["engine_version"], "448");
     assert_eq!(tags["client_source"], "ds_power_query_03");
     assert_eq!(tags["coordinator"], "10.0.1.20:8080");
-    close(tags["total_blocked_time"].as_f64().unwrap(), 47.57 * 60.0, "total blocked");
+    close(
+        tags["total_blocked_time"].as_f64().unwrap(),
+        47.57 * 60.0,
+        "total blocked",
+    );
     close(tags["queued_time"].as_f64().unwrap(), 234.99e-6, "queued");
 
     // Stages: the sub-stages of a stage are its parents (they feed it).
-    let s = query(&store, "SELECT stage_id, parent_ids, name FROM stages ORDER BY stage_id").await;
+    let s = query(
+        &store,
+        "SELECT stage_id, parent_ids, name FROM stages ORDER BY stage_id",
+    )
+    .await;
     assert_eq!(
         texts(&s, 0).into_iter().flatten().collect::<Vec<_>>(),
         ["0", "1", "2", "3", "4"]
@@ -161,8 +189,16 @@ async fn query_info_ingests_with_exact_counts_and_values() {
 
     // Totals over the 19 tasks (sums of the tasks' totalCpuTime,
     // physicalInputDataSize, internalNetworkInputDataSize).
-    close(one_float(&store, "SELECT sum(cpu_seconds) FROM tasks").await, 233.67643, "cpu");
-    close(one_float(&store, "SELECT sum(input_bytes) FROM tasks").await, 25754984835.0, "input");
+    close(
+        one_float(&store, "SELECT sum(cpu_seconds) FROM tasks").await,
+        233.67643,
+        "cpu",
+    );
+    close(
+        one_float(&store, "SELECT sum(input_bytes) FROM tasks").await,
+        25754984835.0,
+        "input",
+    );
     close(
         one_float(&store, "SELECT sum(shuffle_read_bytes) FROM tasks").await,
         13745457.0,
@@ -205,9 +241,21 @@ async fn query_info_ingests_with_exact_counts_and_values() {
     // Output buffers never filled: no output_buffer rows.
     assert!(!rows.iter().any(|x| x.1 == "output_buffer"), "{rows:?}");
     // The tasks' totals say the same as their windows.
-    close(one_float(&store, "SELECT sum(cpu_blocked) FROM tasks").await, 4148.059971877 + 0.15603489, "cpu_blocked");
-    close(one_float(&store, "SELECT sum(network_blocked) FROM tasks").await, 859.5, "network_blocked");
-    close(one_float(&store, "SELECT sum(disk_read_blocked) FROM tasks").await, 2069.27278, "disk_read_blocked");
+    close(
+        one_float(&store, "SELECT sum(cpu_blocked) FROM tasks").await,
+        4148.059971877 + 0.15603489,
+        "cpu_blocked",
+    );
+    close(
+        one_float(&store, "SELECT sum(network_blocked) FROM tasks").await,
+        859.5,
+        "network_blocked",
+    );
+    close(
+        one_float(&store, "SELECT sum(disk_read_blocked) FROM tasks").await,
+        2069.27278,
+        "disk_read_blocked",
+    );
 
     // Blame conserves: the query's blame is its blocked seconds (cpu
     // 4148.22, network 859.5, disk read 2069.27) plus its tasks' slot waits
@@ -217,7 +265,11 @@ async fn query_info_ingests_with_exact_counts_and_values() {
         &format!("SELECT sum(blame_seconds) FROM culprits('{QUERY_ID}', 'victim_stages=all')"),
     )
     .await;
-    close(blame, 4148.059971877 + 0.15603489 + 859.5 + 2069.27278 + 19.0 * 235e-6, "blame");
+    close(
+        blame,
+        4148.059971877 + 0.15603489 + 859.5 + 2069.27278 + 19.0 * 235e-6,
+        "blame",
+    );
 
     // Read again, or a byte-different copy of it: nothing new.
     let again = ingest_into(&store, &[&trino(QUERY_INFO)]).await;
@@ -239,15 +291,22 @@ async fn query_info_ingests_with_exact_counts_and_values() {
 #[tokio::test]
 async fn presto_completed_events() {
     let store = Store::open("memory://").unwrap();
-    let report = ingest_into(&store, &[&trino(&format!("{EVENTS}/202506160849_0_error.ndjson"))]).await;
+    let report = ingest_into(
+        &store,
+        &[&trino(&format!("{EVENTS}/202506160849_0_error.ndjson"))],
+    )
+    .await;
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(count(&store, "SELECT count(*) FROM queries").await, 1);
     assert_eq!(count(&store, "SELECT count(*) FROM stages").await, 5);
     assert_eq!(count(&store, "SELECT count(*) FROM tasks").await, 0);
     assert!(
-        report.notes.iter().any(|n| n.contains("20250616_084808_00027_ux3a6")
-            && n.contains("no tasks")
-            && n.contains("5 stages")),
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("20250616_084808_00027_ux3a6")
+                && n.contains("no tasks")
+                && n.contains("5 stages")),
         "{:?}",
         report.notes
     );
@@ -271,23 +330,39 @@ async fn presto_completed_events() {
     assert_eq!(tags["cpu_time"], 371.792); // cpuTimeMillis 371792
     assert_eq!(tags["tasks_known"], false);
     // Stage 0: 1 task, 209.78 ms scheduled, 19.16 ms CPU, 36.76 min blocked.
-    let s = query(&store, "SELECT stage_id, attrs FROM stages ORDER BY stage_id").await;
+    let s = query(
+        &store,
+        "SELECT stage_id, attrs FROM stages ORDER BY stage_id",
+    )
+    .await;
     assert_eq!(
         texts(&s, 0).into_iter().flatten().collect::<Vec<_>>(),
         ["0", "1", "2", "3", "4"]
     );
     let a: Value = serde_json::from_str(texts(&s, 1)[0].as_deref().unwrap()).unwrap();
     assert_eq!(a["tasks"], 1.0);
-    close(a["total_scheduled_time"].as_f64().unwrap(), 0.20978, "scheduled");
+    close(
+        a["total_scheduled_time"].as_f64().unwrap(),
+        0.20978,
+        "scheduled",
+    );
     close(a["total_cpu_time"].as_f64().unwrap(), 0.01916, "cpu");
-    close(a["total_blocked_time"].as_f64().unwrap(), 36.76 * 60.0, "blocked");
+    close(
+        a["total_blocked_time"].as_f64().unwrap(),
+        36.76 * 60.0,
+        "blocked",
+    );
 
     // The whole folder: 00027, 00030, 00031 (both SYNTAX_ERROR), 00028.
     let store = Store::open("memory://").unwrap();
     let report = ingest_into(&store, &[&trino(EVENTS)]).await;
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(report.files, 4);
-    let q = query(&store, "SELECT query_id, status, tags FROM queries ORDER BY query_id").await;
+    let q = query(
+        &store,
+        "SELECT query_id, status, tags FROM queries ORDER BY query_id",
+    )
+    .await;
     assert_eq!(
         texts(&q, 0).into_iter().flatten().collect::<Vec<_>>(),
         [
@@ -322,9 +397,17 @@ async fn trino_completed_event_payload() {
     assert_eq!(texts(&t, 1), [some("20240421_124821_00036_ig9ch")]);
     // 1.74 + 12.56 + 7.58 + 6.04 + 78.71 ms of CPU; exchanges blocked 6.97
     // + 3.58 + 17.36 + 18.63 ms.
-    close(one_float(&store, "SELECT sum(cpu_seconds) FROM tasks").await, 0.10663, "cpu");
     close(
-        one_float(&store, "SELECT sum(blocked) FROM task_windows WHERE detail = 'exchange'").await,
+        one_float(&store, "SELECT sum(cpu_seconds) FROM tasks").await,
+        0.10663,
+        "cpu",
+    );
+    close(
+        one_float(
+            &store,
+            "SELECT sum(blocked) FROM task_windows WHERE detail = 'exchange'",
+        )
+        .await,
         0.04654,
         "exchange",
     );
@@ -350,7 +433,8 @@ async fn trino_completed_event_payload() {
     let store2 = Store::open("memory://").unwrap();
     let report = ingest_into(&store2, &[&path]).await;
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
-    let sql = "SELECT task_id, host, launch_time, finish_time, cpu_seconds FROM tasks ORDER BY task_id";
+    let sql =
+        "SELECT task_id, host, launch_time, finish_time, cpu_seconds FROM tasks ORDER BY task_id";
     let (a, b) = (query(&store, sql).await, query(&store2, sql).await);
     assert_eq!(texts(&a, 0), texts(&b, 0));
     assert_eq!(micros(&a, 2), micros(&b, 2));
@@ -362,7 +446,11 @@ async fn trino_completed_event_payload() {
     let store3 = Store::open("memory://").unwrap();
     let report = ingest_into(&store3, &[&trino(OPERATORS)]).await;
     assert_eq!(report.rejected.len(), 1);
-    assert!(report.rejected[0].reason.contains("operator statistics"), "{:?}", report.rejected);
+    assert!(
+        report.rejected[0].reason.contains("operator statistics"),
+        "{:?}",
+        report.rejected
+    );
     let report = ingest_into(&store3, &[&trino("rchukh-trino-history-server")]).await;
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(report.ignored_files.len(), 1);
@@ -420,14 +508,19 @@ impl Drop for Coordinator {
     }
 }
 
-const COUNTS: &str = "SELECT (SELECT count(*) FROM queries) || ',' || (SELECT count(*) FROM stages) \
+const COUNTS: &str =
+    "SELECT (SELECT count(*) FROM queries) || ',' || (SELECT count(*) FROM stages) \
      || ',' || (SELECT count(*) FROM tasks)";
 
 /// "queries,stages,tasks" in the store ("" while it has no commit yet).
 fn counts(store: &str) -> String {
     let out = run(&["sql", "--store", store, "--format", "csv", COUNTS]);
     let out = String::from_utf8_lossy(&out.stdout);
-    out.lines().last().unwrap_or("").to_string()
+    out.lines()
+        .last()
+        .unwrap_or("")
+        .trim_matches('"')
+        .to_string()
 }
 
 /// `culprit collect trino --once`: the finished query is fetched and
@@ -438,23 +531,39 @@ fn collect_trino_once() {
     let tmp = tempfile::tempdir().unwrap();
     let c = Coordinator::start(tmp.path(), &["--expired", "20240704_153000_00009_c9cak"]);
     let store = tmp.path().join("store").display().to_string();
-    let out = run(&["collect", "trino", "--url", &c.url, "--store", &store, "--once"]);
+    let out = run(&[
+        "collect", "trino", "--url", &c.url, "--store", &store, "--once",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("2 finished queries listed, 1 fetched"), "{err}");
-    assert!(err.contains("1 expired before they were fetched (20240704_153000_00009_c9cak)"), "{err}");
+    assert!(
+        err.contains("2 finished queries listed, 1 fetched"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 expired before they were fetched (20240704_153000_00009_c9cak)"),
+        "{err}"
+    );
     assert!(err.contains("(1 Trino/Presto queries)"), "{err}");
     assert_eq!(counts(&store), "1,5,19");
     // Every request named a user (the coordinator refuses those that do not).
     let requests = c.requests();
-    assert!(requests.contains(&"GET /v1/query culprit".to_string()), "{requests:?}");
+    assert!(
+        requests.contains(&"GET /v1/query culprit".to_string()),
+        "{requests:?}"
+    );
     assert!(
         requests.contains(&format!("GET /v1/query/{QUERY_ID} culprit")),
         "{requests:?}"
     );
     // The same rows as ingesting the file.
     let from_file = tmp.path().join("file-store").display().to_string();
-    run_ok(&["ingest", "--store", &from_file, trino(QUERY_INFO).to_str().unwrap()]);
+    run_ok(&[
+        "ingest",
+        "--store",
+        &from_file,
+        trino(QUERY_INFO).to_str().unwrap(),
+    ]);
     let sql = "SELECT sum(cpu_seconds), sum(cpu_blocked), sum(network_blocked), min(ready_time), \
                count(DISTINCT host) FROM tasks";
     assert_eq!(
@@ -462,7 +571,9 @@ fn collect_trino_once() {
         run_ok(&["sql", "--store", &from_file, "--format", "csv", sql])
     );
     // Again: fetched, recognised, nothing new.
-    let out = run(&["collect", "trino", "--url", &c.url, "--store", &store, "--once", "--user", "ops"]);
+    let out = run(&[
+        "collect", "trino", "--url", &c.url, "--store", &store, "--once", "--user", "ops",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("no new rows"), "{err}");
@@ -470,7 +581,15 @@ fn collect_trino_once() {
     assert_eq!(counts(&store), "1,5,19");
     // A coordinator that is not there: an error, exit code 2.
     drop(c);
-    let out = run(&["collect", "trino", "--url", "http://127.0.0.1:9", "--store", &store, "--once"]);
+    let out = run(&[
+        "collect",
+        "trino",
+        "--url",
+        "http://127.0.0.1:9",
+        "--store",
+        &store,
+        "--once",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("GET http://127.0.0.1:9/v1/query"));
 }
@@ -485,7 +604,16 @@ fn collect_trino_polls_until_queries_are_final() {
     let c = Coordinator::start(tmp.path(), &["--copy", &format!("{LATER}:3:1")]);
     let store = tmp.path().join("store").display().to_string();
     let child = culprit()
-        .args(["collect", "trino", "--url", &c.url, "--store", &store, "--interval", "0.2"])
+        .args([
+            "collect",
+            "trino",
+            "--url",
+            &c.url,
+            "--store",
+            &store,
+            "--interval",
+            "0.2",
+        ])
         .env_remove("CULPRIT_STORE")
         .stderr(Stdio::piped())
         .spawn()
@@ -523,6 +651,10 @@ fn stop(child: Child) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A pipeline's run (start, end, microseconds), CPU seconds and CPU-blocked
+/// seconds.
+type PipelineCpu = (i64, i64, f64, f64);
+
 /// An airlift Duration (`"27.83s"`), seconds: read here without culprit.
 fn duration(v: &Value) -> f64 {
     let s = v.as_str().unwrap();
@@ -548,13 +680,17 @@ fn iso_micros(v: &Value) -> i64 {
 /// end, cpu seconds, cpu-blocked seconds)]), the blocked seconds by
 /// docs/trino.md: the drivers' queued time plus the time on a thread
 /// neither on the CPU nor reading storage.
-fn trino_cpu_rows(host: &str) -> Vec<(String, Vec<(i64, i64, f64, f64)>)> {
+fn trino_cpu_rows(host: &str) -> Vec<(String, Vec<PipelineCpu>)> {
     let v: Value = serde_json::from_slice(&std::fs::read(trino(QUERY_INFO)).unwrap()).unwrap();
     let mut out = Vec::new();
     let mut stack = vec![&v["outputStage"]];
     while let Some(stage) = stack.pop() {
         for t in stage["tasks"].as_array().unwrap() {
-            if !t["taskStatus"]["self"].as_str().unwrap().contains(&format!("//{host}:")) {
+            if !t["taskStatus"]["self"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("//{host}:"))
+            {
                 continue;
             }
             let rows = t["stats"]["pipelines"]
@@ -574,7 +710,10 @@ fn trino_cpu_rows(host: &str) -> Vec<(String, Vec<(i64, i64, f64, f64)>)> {
                     )
                 })
                 .collect();
-            out.push((t["taskStatus"]["taskId"].as_str().unwrap().to_string(), rows));
+            out.push((
+                t["taskStatus"]["taskId"].as_str().unwrap().to_string(),
+                rows,
+            ));
         }
         stack.extend(stage["subStages"].as_array().unwrap());
     }
@@ -663,8 +802,14 @@ async fn mixed_cluster_trino_and_spark_blame_each_other() {
     .await;
     assert_eq!(
         (
-            hosts[0].column(0).as_primitive::<arrow::datatypes::Int64Type>().value(0),
-            hosts[0].column(1).as_primitive::<arrow::datatypes::Int64Type>().value(0)
+            hosts[0]
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .value(0),
+            hosts[0]
+                .column(1)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .value(0)
         ),
         (1, 4)
     );
@@ -684,7 +829,10 @@ async fn mixed_cluster_trino_and_spark_blame_each_other() {
     for (_, pipelines) in &rows {
         let (mut used_t, mut blocked_t) = (0.0, 0.0);
         for &(s, e, cpu, blocked) in pipelines {
-            assert!(!inside(s) && !inside(e), "a pipeline bound inside the window");
+            assert!(
+                !inside(s) && !inside(e),
+                "a pipeline bound inside the window"
+            );
             used_t += share((s, e, cpu));
             blocked_t += share((s, e, blocked));
         }
@@ -712,8 +860,16 @@ async fn mixed_cluster_trino_and_spark_blame_each_other() {
     let culprits = texts(&c, 1);
     let blame = floats(&c, 2);
     assert_eq!(kinds[0].as_deref(), Some("query"));
-    assert_eq!(culprits[0].as_deref(), Some(QUERY_ID), "the Trino query first");
-    close(blame[0].unwrap(), want_trino, "Trino's blame on the Spark task");
+    assert_eq!(
+        culprits[0].as_deref(),
+        Some(QUERY_ID),
+        "the Trino query first"
+    );
+    close(
+        blame[0].unwrap(),
+        want_trino,
+        "Trino's blame on the Spark task",
+    );
     let of = |kind: &str| {
         kinds
             .iter()
@@ -722,9 +878,21 @@ async fn mixed_cluster_trino_and_spark_blame_each_other() {
             .map(|(_, b)| b.unwrap())
             .sum::<f64>()
     };
-    close(of("unknown"), spark_blocked * unknown / denominator, "unknown");
-    close(of("external"), spark_blocked * external / denominator, "external");
-    close(blame.iter().flatten().sum::<f64>(), spark_blocked, "conservation");
+    close(
+        of("unknown"),
+        spark_blocked * unknown / denominator,
+        "unknown",
+    );
+    close(
+        of("external"),
+        spark_blocked * external / denominator,
+        "external",
+    );
+    close(
+        blame.iter().flatten().sum::<f64>(),
+        spark_blocked,
+        "conservation",
+    );
     close(floats(&c, 3).iter().flatten().sum::<f64>(), 1.0, "dor");
     // Blame by host: all of it on 10.0.1.4, the CPU.
     let b = query(
@@ -734,7 +902,10 @@ async fn mixed_cluster_trino_and_spark_blame_each_other() {
         ),
     )
     .await;
-    assert_eq!((texts(&b, 0), texts(&b, 1)), (vec![some("cpu")], vec![some(HOST)]));
+    assert_eq!(
+        (texts(&b, 0), texts(&b, 1)),
+        (vec![some("cpu")], vec![some(HOST)])
+    );
 
     // The Trino query as victim: each of its tasks on the host splits its
     // CPU waits of the window over the Spark task's 2 cpu-seconds, the

@@ -58,9 +58,11 @@ pub async fn run(store: &Store, args: &TrinoArgs) -> Result<ExitCode, BoxError> 
     let base = base_url(&args.url)?;
     let password = std::env::var("CULPRIT_TRINO_PASSWORD").ok();
     if password.is_some() && base.scheme() != "https" {
-        return Err("CULPRIT_TRINO_PASSWORD is set: the coordinator must be https:// \
+        return Err(
+            "CULPRIT_TRINO_PASSWORD is set: the coordinator must be https:// \
                     (Trino refuses passwords over plain HTTP)"
-            .into());
+                .into(),
+        );
     }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs_f64(args.timeout))
@@ -84,8 +86,7 @@ pub async fn run(store: &Store, args: &TrinoArgs) -> Result<ExitCode, BoxError> 
     poll(store, &coordinator, &mut collected).await?;
     eprintln!(
         "collecting from {} every {:.1} s (Ctrl-C to stop)",
-        coordinator.base,
-        args.interval
+        coordinator.base, args.interval
     );
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
@@ -105,8 +106,7 @@ pub async fn run(store: &Store, args: &TrinoArgs) -> Result<ExitCode, BoxError> 
 /// The coordinator's base URL, with a trailing slash so that `v1/query`
 /// joins below any path prefix (a proxy's).
 fn base_url(url: &str) -> Result<url::Url, BoxError> {
-    let mut u = url::Url::parse(url.trim())
-        .map_err(|e| format!("--url {url}: not a URL ({e})"))?;
+    let mut u = url::Url::parse(url.trim()).map_err(|e| format!("--url {url}: not a URL ({e})"))?;
     if !matches!(u.scheme(), "http" | "https") {
         return Err(format!("--url {url}: expected http:// or https://").into());
     }
@@ -142,17 +142,20 @@ impl Coordinator {
         if let Some(p) = &self.password {
             req = req.basic_auth(&self.user, Some(p));
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
+        let resp = req.send().await.map_err(|e| format!("GET {url}: {e}"))?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
             return Ok(Fetched::Gone);
         }
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
-            let body = body.lines().next().unwrap_or("").chars().take(200).collect::<String>();
+            let body = body
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect::<String>();
             let hint = if status == reqwest::StatusCode::UNAUTHORIZED
                 || status == reqwest::StatusCode::FORBIDDEN
             {
@@ -162,10 +165,7 @@ impl Coordinator {
             };
             return Err(format!("GET {url}: {status}{hint}: {body}").into());
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
+        let bytes = resp.bytes().await.map_err(|e| format!("GET {url}: {e}"))?;
         Ok(Fetched::Ok(bytes))
     }
 }
@@ -252,8 +252,7 @@ async fn poll(
     if sources.is_empty() {
         return Ok(p);
     }
-    let report =
-        culprit_ingest::ingest(store, sources, &IngestOptions::default(), &()).await?;
+    let report = culprit_ingest::ingest(store, sources, &IngestOptions::default(), &()).await?;
     crate::print_report(&report);
     p.rejected = report.rejected.len();
     collected.extend(ids);
@@ -281,16 +280,27 @@ mod tests {
     #[test]
     fn base_urls() {
         assert_eq!(
-            base_url("http://c:8080").unwrap().join("v1/query").unwrap().as_str(),
+            base_url("http://c:8080")
+                .unwrap()
+                .join("v1/query")
+                .unwrap()
+                .as_str(),
             "http://c:8080/v1/query"
         );
         assert_eq!(
-            base_url("https://proxy/trino").unwrap().join("v1/query").unwrap().as_str(),
+            base_url("https://proxy/trino")
+                .unwrap()
+                .join("v1/query")
+                .unwrap()
+                .as_str(),
             "https://proxy/trino/v1/query"
         );
         assert!(base_url("ftp://c").is_err());
         assert!(base_url("c:8080").is_err());
-        assert_eq!(urlencode("20240704_153137_00011_c9cak"), "20240704_153137_00011_c9cak");
+        assert_eq!(
+            urlencode("20240704_153137_00011_c9cak"),
+            "20240704_153137_00011_c9cak"
+        );
         assert_eq!(urlencode("a/b"), "a%2Fb");
     }
 }

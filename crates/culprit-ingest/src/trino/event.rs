@@ -52,15 +52,23 @@ impl<'a> Completed<'a> {
             .wrapper
             .and_then(|w| w.get(format!("{name}Millis")))
             .and_then(Value::as_f64);
-        millis
-            .map(|ms| ms / 1e3)
-            .or_else(|| self.event.pointer(&format!("/statistics/{name}")).and_then(seconds))
+        millis.map(|ms| ms / 1e3).or_else(|| {
+            self.event
+                .pointer(&format!("/statistics/{name}"))
+                .and_then(seconds)
+        })
     }
 
     pub fn translate(&self, origin: Origin, out: &mut Out) {
         let e = self.event;
-        let query_id = e["metadata"]["queryId"].as_str().unwrap_or_default().to_string();
-        let state = e.pointer("/metadata/queryState").and_then(Value::as_str).unwrap_or("");
+        let query_id = e["metadata"]["queryId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let state = e
+            .pointer("/metadata/queryState")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if !state.is_empty() && !done(state) {
             out.notes.push(format!(
                 "query {query_id} is {state} in its completed event: not stored"
@@ -117,7 +125,10 @@ impl<'a> Completed<'a> {
         if let Some(code) = e.pointer("/failureInfo/errorCode/name").and_then(as_text) {
             tags.insert("error_code".into(), json!(code));
         }
-        if let Some(msg) = e.pointer("/failureInfo/failureMessage").and_then(Value::as_str) {
+        if let Some(msg) = e
+            .pointer("/failureInfo/failureMessage")
+            .and_then(Value::as_str)
+        {
             tags.insert("error".into(), json!(msg.lines().next().unwrap_or("")));
         }
         for name in [
@@ -165,10 +176,19 @@ impl<'a> Completed<'a> {
                 ("query_id", LogValue::S(query_id.clone())),
                 ("app_id", LogValue::Null),
                 ("user", text_or_null(context.get("user").and_then(as_text))),
-                ("pool", text_or_null(resource_group(context.get("resourceGroupId")))),
-                ("sql_text", text_or_null(e.pointer("/metadata/query").and_then(as_text))),
+                (
+                    "pool",
+                    text_or_null(resource_group(context.get("resourceGroupId"))),
+                ),
+                (
+                    "sql_text",
+                    text_or_null(e.pointer("/metadata/query").and_then(as_text)),
+                ),
                 ("submit_time", time(e.get("createTime").and_then(micros))),
-                ("start_time", time(e.get("executionStartTime").and_then(micros))),
+                (
+                    "start_time",
+                    time(e.get("executionStartTime").and_then(micros)),
+                ),
                 ("end_time", time(e.get("endTime").and_then(micros))),
                 (
                     "status",
@@ -196,8 +216,16 @@ impl<'a> Completed<'a> {
                 out.notes.push(format!(
                     "{engine} query {query_id}: its completed event has {} but no tasks \
                      (no hosts): stored as a query{}, neither victim nor culprit in blame",
-                    if n > 0 { "stage statistics" } else { "query statistics" },
-                    if n > 0 { format!(" and {n} stages") } else { String::new() },
+                    if n > 0 {
+                        "stage statistics"
+                    } else {
+                        "query statistics"
+                    },
+                    if n > 0 {
+                        format!(" and {n} stages")
+                    } else {
+                        String::new()
+                    },
                 ));
             }
         }
@@ -220,8 +248,7 @@ impl<'a> Completed<'a> {
     /// how many.
     fn stage_rows(&self, query_id: &str, origin: Origin, out: &mut Out) -> usize {
         let e = self.event;
-        let mut stages: std::collections::BTreeMap<String, Map<String, Value>> =
-            Default::default();
+        let mut stages: std::collections::BTreeMap<String, Map<String, Value>> = Default::default();
         let list = |path: &str| {
             e.pointer(path)
                 .and_then(Value::as_array)

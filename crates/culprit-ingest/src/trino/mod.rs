@@ -84,7 +84,11 @@ fn classify(v: &Value) -> Option<Doc<'_>> {
     if let Some(e) = event::Completed::of(v) {
         return Some(Doc::Completed(e));
     }
-    let pbench = ["queryCreatedEvent", "queryCompletedEvent", "splitCompletedEvent"];
+    let pbench = [
+        "queryCreatedEvent",
+        "queryCompletedEvent",
+        "splitCompletedEvent",
+    ];
     if pbench.iter().any(|k| o.contains_key(*k)) {
         return Some(Doc::Other);
     }

@@ -68,7 +68,11 @@ pub fn translate(v: &Value, origin: Origin, out: &mut Out) {
     if !done(state) {
         out.notes.push(format!(
             "Trino query {query_id} is {}: not stored until it has finished",
-            if state.is_empty() { "in no state" } else { state }
+            if state.is_empty() {
+                "in no state"
+            } else {
+                state
+            }
         ));
         return;
     }
@@ -98,7 +102,10 @@ pub fn translate(v: &Value, origin: Origin, out: &mut Out) {
             tags.insert(tag.into(), json!(s));
         }
     }
-    if let Some(t) = session.get("clientTags").filter(|t| t.as_array().is_some_and(|a| !a.is_empty())) {
+    if let Some(t) = session
+        .get("clientTags")
+        .filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+    {
         tags.insert("client_tags".into(), t.clone());
     }
     if let Some(t) = v.get("queryType").and_then(as_text) {
@@ -110,7 +117,9 @@ pub fn translate(v: &Value, origin: Origin, out: &mut Out) {
         .and_then(|u| url::Url::parse(u).ok())
     {
         if let Some(host) = coordinator.host_str() {
-            let port = coordinator.port().map_or(String::new(), |p| format!(":{p}"));
+            let port = coordinator
+                .port()
+                .map_or(String::new(), |p| format!(":{p}"));
             tags.insert("coordinator".into(), json!(format!("{host}{port}")));
         }
     }
@@ -131,10 +140,19 @@ pub fn translate(v: &Value, origin: Origin, out: &mut Out) {
             ("query_id", LogValue::S(query_id.clone())),
             ("app_id", LogValue::Null),
             ("user", text_or_null(session.get("user").and_then(as_text))),
-            ("pool", text_or_null(resource_group(v.get("resourceGroupId")))),
+            (
+                "pool",
+                text_or_null(resource_group(v.get("resourceGroupId"))),
+            ),
             ("sql_text", text_or_null(v.get("query").and_then(as_text))),
-            ("submit_time", time(stats.get("createTime").and_then(micros))),
-            ("start_time", time(stats.get("executionStartTime").and_then(micros))),
+            (
+                "submit_time",
+                time(stats.get("createTime").and_then(micros)),
+            ),
+            (
+                "start_time",
+                time(stats.get("executionStartTime").and_then(micros)),
+            ),
             ("end_time", time(stats.get("endTime").and_then(micros))),
             ("status", LogValue::S(status(state))),
             ("tags", LogValue::S(Value::Object(tags).to_string())),

@@ -59,8 +59,10 @@ fn stage_stats(stage: &Value) -> Option<&Value> {
 
 fn stage_rows(stage: &Value, q: &QueryContext<'_>, out: &mut Out) {
     let Some(full_id) = stage.get("stageId").and_then(as_text) else {
-        out.notes
-            .push(format!("query {}: a stage without a stageId, skipped", q.query_id));
+        out.notes.push(format!(
+            "query {}: a stage without a stageId, skipped",
+            q.query_id
+        ));
         return;
     };
     let stage_id = short_stage_id(q.query_id, &full_id);
@@ -84,15 +86,28 @@ fn stage_rows(stage: &Value, q: &QueryContext<'_>, out: &mut Out) {
     }
     let mut attrs = Map::new();
     attrs.insert("trino_stage_id".into(), json!(full_id));
-    put_text(&mut attrs, "state", stage.get("state").or_else(|| {
-        stage.pointer("/latestAttemptExecutionInfo/state")
-    }));
+    put_text(
+        &mut attrs,
+        "state",
+        stage
+            .get("state")
+            .or_else(|| stage.pointer("/latestAttemptExecutionInfo/state")),
+    );
     if let Some(root) = stage.pointer("/plan/root/@type").and_then(Value::as_str) {
         attrs.insert("plan_root".into(), json!(root));
     }
     if let Some(stats) = stage_stats(stage) {
-        put_time(&mut attrs, "scheduling_complete", stats.get("schedulingComplete"));
-        for key in ["totalTasks", "completedTasks", "failedTasks", "totalDrivers"] {
+        put_time(
+            &mut attrs,
+            "scheduling_complete",
+            stats.get("schedulingComplete"),
+        );
+        for key in [
+            "totalTasks",
+            "completedTasks",
+            "failedTasks",
+            "totalDrivers",
+        ] {
             if let Some(n) = stats.get(key).and_then(Value::as_f64) {
                 attrs.insert(snake(key), json!(n));
             }
@@ -106,7 +121,10 @@ fn stage_rows(stage: &Value, q: &QueryContext<'_>, out: &mut Out) {
         vec![
             ("query_id", LogValue::S(q.query_id.to_string())),
             ("stage_id", LogValue::S(stage_id)),
-            ("parent_ids", text_or_null((!parents.is_empty()).then(|| parents.join(",")))),
+            (
+                "parent_ids",
+                text_or_null((!parents.is_empty()).then(|| parents.join(","))),
+            ),
             ("name", LogValue::S(name)),
             ("submit_time", time(first_create)),
             ("start_time", LogValue::Null),
@@ -314,7 +332,10 @@ impl Windows {
         if v.iter().all(|x| *x <= 0.0) {
             return;
         }
-        let row = self.rows.entry((resource, detail, span.0, span.1)).or_default();
+        let row = self
+            .rows
+            .entry((resource, detail, span.0, span.1))
+            .or_default();
         for (a, b) in row.iter_mut().zip(v) {
             *a += b;
         }
@@ -337,7 +358,12 @@ impl Windows {
             span,
             [p.charged_input(Input::Exchange), p.network_bytes, 0.0],
         );
-        self.add("network", "output_buffer", span, [p.output_blocked, 0.0, 0.0]);
+        self.add(
+            "network",
+            "output_buffer",
+            span,
+            [p.output_blocked, 0.0, 0.0],
+        );
         self.add("disk_write", "", span, [0.0, p.written_bytes, 0.0]);
     }
 
@@ -356,7 +382,14 @@ impl Windows {
                     ),
                     ("blocked", LogValue::F(blocked)),
                     ("acquired", LogValue::F(acquired)),
-                    ("gc", if gc > 0.0 { LogValue::F(gc) } else { LogValue::Null }),
+                    (
+                        "gc",
+                        if gc > 0.0 {
+                            LogValue::F(gc)
+                        } else {
+                            LogValue::Null
+                        },
+                    ),
                 ],
             );
         }
@@ -392,8 +425,10 @@ fn task_row(
     let status = task.get("taskStatus").unwrap_or(&Value::Null);
     let stats = task.get("stats").unwrap_or(&Value::Null);
     let Some(task_id) = status.get("taskId").and_then(as_text) else {
-        out.notes
-            .push(format!("query {}: a task without a taskId, skipped", q.query_id));
+        out.notes.push(format!(
+            "query {}: a task without a taskId, skipped",
+            q.query_id
+        ));
         return None;
     };
     let node = status
@@ -416,8 +451,9 @@ fn task_row(
         return None;
     };
     let Some(host) = host else {
-        out.notes
-            .push(format!("task {task_id}: no node (taskStatus.self, nodeId), skipped"));
+        out.notes.push(format!(
+            "task {task_id}: no node (taskStatus.self, nodeId), skipped"
+        ));
         return None;
     };
     let end = end.max(create);
@@ -454,16 +490,28 @@ fn task_row(
     let blocked_total = stats.get("totalBlockedTime").and_then(seconds);
     let mut attrs = Map::new();
     attrs.insert("trino_task_id".into(), json!(task_id));
-    put_text(&mut attrs, "node_id", node.as_ref().map(|n| json!(n)).as_ref());
+    put_text(
+        &mut attrs,
+        "node_id",
+        node.as_ref().map(|n| json!(n)).as_ref(),
+    );
     put_text(&mut attrs, "state", status.get("state"));
-    if let Some(b) = task.pointer("/taskStatus/speculative").and_then(Value::as_bool) {
+    if let Some(b) = task
+        .pointer("/taskStatus/speculative")
+        .and_then(Value::as_bool)
+    {
         attrs.insert("speculative".into(), json!(b));
     }
     put_time(&mut attrs, "first_start_time", stats.get("firstStartTime"));
     put_time(&mut attrs, "last_end_time", stats.get("lastEndTime"));
     stat_seconds(&mut attrs, stats, TASK_DURATIONS);
     stat_bytes(&mut attrs, stats, TASK_SIZES);
-    for key in ["totalDrivers", "completedDrivers", "outputPositions", "fullGcCount"] {
+    for key in [
+        "totalDrivers",
+        "completedDrivers",
+        "outputPositions",
+        "fullGcCount",
+    ] {
         if let Some(n) = stats.get(key).and_then(Value::as_f64) {
             attrs.insert(snake(key), json!(n));
         }
@@ -488,10 +536,7 @@ fn task_row(
         .and_then(|f| f.get("message"))
         .and_then(Value::as_str)
     {
-        attrs.insert(
-            "failure".into(),
-            json!(f.lines().next().unwrap_or("")),
-        );
+        attrs.insert("failure".into(), json!(f.lines().next().unwrap_or("")));
     }
 
     let ready = create - (q.queued * 1e6).round() as i64;
@@ -586,10 +631,9 @@ const TASK_SIZES: &[&str] = &[
 
 /// `totalCpuTime` -> `total_cpu_time`; `...DataSize` -> `..._bytes`.
 pub fn snake(key: &str) -> String {
-    let key = key.strip_suffix("DataSize").map_or_else(
-        || key.to_string(),
-        |k| format!("{k}Bytes"),
-    );
+    let key = key
+        .strip_suffix("DataSize")
+        .map_or_else(|| key.to_string(), |k| format!("{k}Bytes"));
     let key = key
         .strip_suffix("Reservation")
         .map_or_else(|| key.clone(), |k| format!("{k}Bytes"));

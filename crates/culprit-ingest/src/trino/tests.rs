@@ -45,9 +45,12 @@ fn times(p: &Parsed, t: Table, col: &str) -> Vec<Option<i64>> {
         .collect()
 }
 
+/// A task's window rows by identity.
+type WindowMap = BTreeMap<(String, String, i64, i64), (f64, f64, f64)>;
+
 /// (resource, detail, start, end) -> (blocked, acquired, gc); start and
 /// end in milliseconds from T0.
-fn windows(p: &Parsed) -> BTreeMap<(String, String, i64, i64), (f64, f64, f64)> {
+fn windows(p: &Parsed) -> WindowMap {
     let res = text(p, Table::TaskWindows, "resource");
     let det = text(p, Table::TaskWindows, "detail");
     let s = times(p, Table::TaskWindows, "window_start");
@@ -81,7 +84,14 @@ fn at(s: f64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-fn pipeline(id: i64, input: bool, output: bool, source: &str, span: (f64, f64), stats: Value) -> Value {
+fn pipeline(
+    id: i64,
+    input: bool,
+    output: bool,
+    source: &str,
+    span: (f64, f64),
+    stats: Value,
+) -> Value {
     let mut p = json!({
         "pipelineId": id,
         "inputPipeline": input,
@@ -202,7 +212,11 @@ fn query_info() -> Value {
 fn query_info_rows() {
     let p = parsed(&query_info());
     assert_eq!(p.queries, 1);
-    assert!(p.malformed.is_empty() && p.notes.is_empty(), "{:?}", p.notes);
+    assert!(
+        p.malformed.is_empty() && p.notes.is_empty(),
+        "{:?}",
+        p.notes
+    );
     assert_eq!(text(&p, Table::Queries, "query_id"), [some("q1")]);
     assert_eq!(text(&p, Table::Queries, "user"), [some("alice")]);
     assert_eq!(text(&p, Table::Queries, "pool"), [some("global.adhoc")]);
@@ -219,10 +233,7 @@ fn query_info_rows() {
     assert_eq!(tags["queued_time"], 0.3);
 
     // Stages: sub-stages are parents (they feed the stage).
-    assert_eq!(
-        text(&p, Table::Stages, "stage_id"),
-        [some("0"), some("1")]
-    );
+    assert_eq!(text(&p, Table::Stages, "stage_id"), [some("0"), some("1")]);
     assert_eq!(text(&p, Table::Stages, "parent_ids"), [some("1"), None]);
     assert_eq!(
         text(&p, Table::Stages, "name"),
@@ -243,17 +254,38 @@ fn query_info_rows() {
     assert_eq!(times(&p, Table::Tasks, "launch_time"), [us(0.5), us(0.6)]);
     assert_eq!(times(&p, Table::Tasks, "ready_time"), [us(0.2), us(0.3)]);
     assert_eq!(times(&p, Table::Tasks, "finish_time"), [us(9.5), us(6.5)]);
-    assert_eq!(float(&p, Table::Tasks, "scheduler_delay"), [Some(0.5), None]);
+    assert_eq!(
+        float(&p, Table::Tasks, "scheduler_delay"),
+        [Some(0.5), None]
+    );
     // Task a: cpu = queued 0.25 + off-CPU not reading (1-0.5) + (2-2) = 0.75;
     // network = exchange input 4 + output 1.5 (the output pipeline's only).
     // Task b: off CPU 7, reading 5 -> disk 5 + scan input 0.5, cpu 2 + queued 2.
-    assert_eq!(float(&p, Table::Tasks, "cpu_blocked"), [Some(0.75), Some(4.0)]);
-    assert_eq!(float(&p, Table::Tasks, "network_blocked"), [Some(5.5), Some(0.0)]);
-    assert_eq!(float(&p, Table::Tasks, "disk_read_blocked"), [Some(0.0), Some(5.5)]);
-    assert_eq!(float(&p, Table::Tasks, "cpu_seconds"), [Some(2.5), Some(3.0)]);
+    assert_eq!(
+        float(&p, Table::Tasks, "cpu_blocked"),
+        [Some(0.75), Some(4.0)]
+    );
+    assert_eq!(
+        float(&p, Table::Tasks, "network_blocked"),
+        [Some(5.5), Some(0.0)]
+    );
+    assert_eq!(
+        float(&p, Table::Tasks, "disk_read_blocked"),
+        [Some(0.0), Some(5.5)]
+    );
+    assert_eq!(
+        float(&p, Table::Tasks, "cpu_seconds"),
+        [Some(2.5), Some(3.0)]
+    );
     assert_eq!(float(&p, Table::Tasks, "gc_seconds"), [Some(0.2), None]);
-    assert_eq!(float(&p, Table::Tasks, "shuffle_read_bytes"), [Some(1000.0), Some(0.0)]);
-    assert_eq!(float(&p, Table::Tasks, "input_bytes"), [Some(0.0), Some(2048.0)]);
+    assert_eq!(
+        float(&p, Table::Tasks, "shuffle_read_bytes"),
+        [Some(1000.0), Some(0.0)]
+    );
+    assert_eq!(
+        float(&p, Table::Tasks, "input_bytes"),
+        [Some(0.0), Some(2048.0)]
+    );
     let attrs: Value =
         serde_json::from_str(text(&p, Table::Tasks, "attrs")[0].as_deref().unwrap()).unwrap();
     // 20 s blocked, 4 + 1.5 charged: a local exchange and a join waiting
@@ -288,7 +320,10 @@ fn query_info_rows() {
 #[test]
 fn tasks_without_pipelines() {
     let mut q = query_info();
-    for path in ["/outputStage/tasks/0/stats", "/outputStage/subStages/0/tasks/0/stats"] {
+    for path in [
+        "/outputStage/tasks/0/stats",
+        "/outputStage/subStages/0/tasks/0/stats",
+    ] {
         q.pointer_mut(path)
             .unwrap()
             .as_object_mut()
@@ -296,10 +331,19 @@ fn tasks_without_pipelines() {
             .remove("pipelines");
     }
     let p = parsed(&q);
-    assert_eq!(float(&p, Table::Tasks, "network_blocked"), [Some(5.5), Some(0.0)]);
-    assert_eq!(float(&p, Table::Tasks, "disk_read_blocked"), [Some(0.0), Some(5.5)]);
+    assert_eq!(
+        float(&p, Table::Tasks, "network_blocked"),
+        [Some(5.5), Some(0.0)]
+    );
+    assert_eq!(
+        float(&p, Table::Tasks, "disk_read_blocked"),
+        [Some(0.0), Some(5.5)]
+    );
     // No driver queue times: only the off-CPU time not reading.
-    assert_eq!(float(&p, Table::Tasks, "cpu_blocked"), [Some(0.5), Some(2.0)]);
+    assert_eq!(
+        float(&p, Table::Tasks, "cpu_blocked"),
+        [Some(0.5), Some(2.0)]
+    );
     let w = windows(&p);
     let exchange = ("network".to_string(), "exchange".to_string(), 500, 9500);
     assert_eq!(w[&exchange], (4.0, 1000.0, 0.0));
@@ -360,10 +404,7 @@ fn presto_completed_event() {
     assert_eq!(tags["error"], "boom");
     assert_eq!(tags["error_code"], "GENERIC_INTERNAL_ERROR");
     assert_eq!(tags["tasks_known"], false);
-    assert_eq!(
-        text(&p, Table::Stages, "stage_id"),
-        [some("0"), some("1")]
-    );
+    assert_eq!(text(&p, Table::Stages, "stage_id"), [some("0"), some("1")]);
     let attrs: Value =
         serde_json::from_str(text(&p, Table::Stages, "attrs")[0].as_deref().unwrap()).unwrap();
     assert_eq!(attrs["total_blocked_time"], 36.76 * 60.0);
@@ -387,7 +428,10 @@ fn trino_completed_event_with_payload() {
     let from_info = parsed(&q);
     assert_eq!(p.queries, 1);
     for col in ["task_id", "host"] {
-        assert_eq!(text(&p, Table::Tasks, col), text(&from_info, Table::Tasks, col));
+        assert_eq!(
+            text(&p, Table::Tasks, col),
+            text(&from_info, Table::Tasks, col)
+        );
     }
     assert_eq!(
         times(&p, Table::Tasks, "ready_time"),

@@ -155,7 +155,10 @@ mod tests {
             Some(1_720_107_097_045_986)
         );
         assert_eq!(micros(&json!(1750063688.759)), Some(1_750_063_688_759_000));
-        assert_eq!(micros(&json!(1750063688759i64)), Some(1_750_063_688_759_000));
+        assert_eq!(
+            micros(&json!(1750063688759i64)),
+            Some(1_750_063_688_759_000)
+        );
         assert_eq!(micros(&json!("yesterday")), None);
     }
 
