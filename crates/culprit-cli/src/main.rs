@@ -2,6 +2,7 @@
 //! it over the PostgreSQL wire.
 
 mod accuracy;
+mod collect;
 mod files;
 mod limits;
 mod output;
@@ -195,7 +196,8 @@ enum UserCommand {
 #[derive(Subcommand)]
 enum Command {
     /// Ingest telemetry files or folders as one batch: interchange Parquet, CSV, JSON lines,
-    /// and Spark event logs (plain or lz4/lzf/snappy/zstd, rolling, legacy, in progress).
+    /// Spark event logs (plain or lz4/lzf/snappy/zstd, rolling, legacy, in progress), and
+    /// host metrics (Prometheus range-query answers, `sadf -j` JSON).
     Ingest {
         #[command(flatten)]
         store: StoreArg,
@@ -226,9 +228,16 @@ enum Command {
         #[arg(long, default_value_t = (culprit_ingest::DEFAULT_MAX_DECODED_BYTES >> 20) as usize,
               value_parser = limits::max_decoded_mb)]
         max_decoded_mb: usize,
+        #[command(flatten)]
+        host_metrics: collect::HostMetricsArgs,
         /// Files, folders, or s3:// / file:// URLs.
         #[arg(required = true)]
         paths: Vec<String>,
+    },
+    /// Ask a monitoring system and ingest its answers (`collect prometheus`: host metrics).
+    Collect {
+        #[command(subcommand)]
+        command: collect::CollectCommand,
     },
     /// Run one SQL statement and print the result.
     Sql {
@@ -360,6 +369,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             watch,
             interval,
             max_decoded_mb,
+            host_metrics,
             paths,
         } => {
             let store = Store::open(&store.store)?;
@@ -409,6 +419,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 table,
                 strict,
                 max_decoded_bytes: (max_decoded_mb as u64) << 20,
+                host_metrics: host_metrics.options()?,
             };
             if watch {
                 let interval = std::time::Duration::from_secs_f64(
@@ -423,6 +434,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 ExitCode::from(1)
             })
         }
+        Command::Collect { command } => collect::run(command).await,
         Command::Sql {
             store,
             format,

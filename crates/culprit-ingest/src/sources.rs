@@ -26,12 +26,26 @@ pub struct SourceFile {
 enum Loc {
     Local(PathBuf),
     Object(Arc<dyn ObjectStore>, Path),
+    /// Bytes fetched by culprit itself (`culprit collect`).
+    Memory(Bytes),
 }
 
 impl SourceFile {
+    /// Bytes already in memory (an answer `culprit collect` fetched), named
+    /// `name` in messages and in the store's list of ingested sources.
+    pub fn in_memory(name: impl Into<String>, bytes: Bytes) -> SourceFile {
+        SourceFile {
+            name: name.into(),
+            size: bytes.len() as u64,
+            explicit: true,
+            loc: Loc::Memory(bytes),
+        }
+    }
+
     /// Reads the whole file.
     pub async fn read(&self) -> Result<Bytes> {
         match &self.loc {
+            Loc::Memory(bytes) => Ok(bytes.clone()),
             Loc::Local(p) => std::fs::read(p)
                 .map(Bytes::from)
                 .map_err(|e| source_err(&self.name, format!("cannot read: {e}"))),
