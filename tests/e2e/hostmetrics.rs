@@ -736,6 +736,9 @@ async fn prometheus_names_the_cpu_hog_external() {
         }
     }
     let got = culprits(&store, "q-victim", "").await;
+    eprintln!(
+        "hog {hog_cpu:.2} cpu-s; measured {measured:.2} cpu-s, workload {workload:.2}; culprits() {got:?}; expected {expected:?}"
+    );
     for (name, secs) in &expected {
         assert!(
             close(got[name], *secs),

@@ -79,8 +79,11 @@ fn all_answers() -> Vec<Vec<u8>> {
     Metric::ALL.into_iter().map(answer).collect()
 }
 
-/// Per series of an answer: labels and (µs, value) points.
-fn series(metric: Metric) -> Vec<(BTreeMap<String, String>, Vec<(i64, f64)>)> {
+/// A series: its labels and (µs, value) points.
+type Series = (BTreeMap<String, String>, Vec<(i64, f64)>);
+
+/// The series of an answer.
+fn series(metric: Metric) -> Vec<Series> {
     let v: Value = serde_json::from_slice(&answer(metric)).unwrap();
     v["data"]["result"]
         .as_array()
@@ -471,7 +474,10 @@ fn configured_capacities_win_and_measured_ones_only_grow() {
         &[(10.0, "1000"), (20.0, "1100")],
     );
     assert_eq!(translate(&[busy], &opts)[0].capacity, Some(100.0));
-    assert_eq!(translate(&[quiet.clone()], &opts)[0].capacity, Some(100.0));
+    assert_eq!(
+        translate(std::slice::from_ref(&quiet), &opts)[0].capacity,
+        Some(100.0)
+    );
     assert_eq!(
         translate(&[quiet], &HostMetricsOptions::default())[0].capacity,
         Some(10.0)
@@ -481,7 +487,7 @@ fn configured_capacities_win_and_measured_ones_only_grow() {
 #[test]
 fn sar_files_become_windows() {
     let text = std::fs::read(SAR).unwrap();
-    let rows = translate(&[text.clone()], &HostMetricsOptions::default());
+    let rows = translate(std::slice::from_ref(&text), &HostMetricsOptions::default());
     let v: Value = serde_json::from_slice(&text).unwrap();
     let host = &v["sysstat"]["hosts"][0];
     let cpus = host["number-of-cpus"].as_f64().unwrap();
