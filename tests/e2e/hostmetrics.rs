@@ -23,7 +23,7 @@ use arrow::datatypes::{DataType, Float64Type};
 use culprit_store::Store;
 use serde_json::Value;
 
-use crate::common::{repo_root, run, run_ok};
+use crate::common::{culprit, repo_root, run, run_ok};
 use crate::spark::query;
 
 fn fixtures() -> PathBuf {
@@ -811,6 +811,101 @@ async fn prometheus_names_the_cpu_hog_external() {
         sql,
     ]);
     assert_eq!(a, b);
+
+    // --watch follows: each look stores the windows that ended since the
+    // one before, none twice and none lost between two looks (the stored
+    // windows are those Prometheus answers over their whole span). Without
+    // --step, the step is the targets' scrape interval (1 s).
+    let watched = dir.join("watched");
+    let log_path = dir.join("watch.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut watch = culprit()
+        .args([
+            "collect",
+            "prometheus",
+            "--store",
+            watched.to_str().unwrap(),
+        ])
+        .args([
+            "--url",
+            &url,
+            "--watch",
+            "--from",
+            "now-4s",
+            "--interval",
+            "1",
+        ])
+        .args(["--host-map", host_map.to_str().unwrap()])
+        .env_remove("CULPRIT_STORE")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if text.matches("rows: host_windows").count() >= 3 {
+            break;
+        }
+        if let Ok(Some(status)) = watch.try_wait() {
+            panic!("collect --watch exited ({status}):\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "three looks did not store rows in 60 s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &watch.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = watch.wait().unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        status.success() && text.contains("stopped collecting"),
+        "{status}:\n{text}"
+    );
+    assert!(text.contains("step 1 s"), "{text}");
+    let csv = run_ok(&[
+        "sql",
+        "--store",
+        watched.to_str().unwrap(),
+        "--format",
+        "csv",
+        "SELECT CAST(window_start AS BIGINT) AS s, CAST(window_end AS BIGINT) AS e FROM host_windows WHERE resource = 'cpu' ORDER BY 1",
+    ]);
+    let stored: Vec<(i64, i64)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (s, e) = l.split_once(',').unwrap();
+            (s.parse().unwrap(), e.parse().unwrap())
+        })
+        .collect();
+    let (first, last) = (stored[0].0, stored.last().unwrap().1);
+    let (status, body) = http_get(
+        port,
+        &format!(
+            "/api/v1/query_range?query=node_cpu_seconds_total&start={}&end={}&step=1",
+            first / 1_000_000,
+            last / 1_000_000
+        ),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let answered: Vec<(i64, i64)> = windows_of(
+        &serde_json::from_str(&body).unwrap(),
+        step,
+        |_| true,
+        |_| true,
+        "cpu",
+    )
+    .into_keys()
+    .collect();
+    assert!(stored.len() >= 3, "{stored:?}");
+    assert_eq!(stored, answered, "{text}");
 }
 
 // ---------------------------------------------------------------------------

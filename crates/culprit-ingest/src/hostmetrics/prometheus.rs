@@ -453,12 +453,18 @@ impl Client {
         self.base.as_str()
     }
 
-    async fn call(&self, path: &str, form: &[(&str, String)]) -> Result<Bytes, String> {
+    /// Asks `path` with these parameters: by POST (a long query fits), or
+    /// by GET for the endpoints that take no POST (`api/v1/targets`).
+    async fn call(&self, path: &str, form: &[(&str, String)], post: bool) -> Result<Bytes, String> {
         let url = self
             .base
             .join(path)
             .map_err(|e| format!("{}{path}: {e}", self.base))?;
-        let mut req = self.http.post(url.clone()).form(form);
+        let mut req = if post {
+            self.http.post(url.clone()).form(form)
+        } else {
+            self.http.get(url.clone()).query(form)
+        };
         if let Some((user, password)) = &self.auth {
             req = req.basic_auth(user, password.as_ref());
         }
@@ -498,6 +504,7 @@ impl Client {
                     ("end", seconds(end)),
                     ("step", seconds(step)),
                 ],
+                true,
             )
             .await?;
         check_answer(&body).map_err(|e| format!("{query}: {e}"))?;
@@ -510,7 +517,7 @@ impl Client {
     pub async fn exporters(&self, selector: Option<&str>) -> Result<Exporters, String> {
         let query = format!("count by (job, instance) ({})", Metric::Cpu.query(selector));
         let body = self
-            .call("api/v1/query", &[("query", query.clone())])
+            .call("api/v1/query", &[("query", query.clone())], true)
             .await?;
         #[derive(Deserialize)]
         struct Vector {
@@ -549,7 +556,7 @@ impl Client {
     /// Prometheus says it (`/api/v1/targets`, Prometheus 2.x and later).
     pub async fn scrape_interval(&self, exporters: &Exporters) -> Result<Option<i64>, String> {
         let body = self
-            .call("api/v1/targets", &[("state", "active".into())])
+            .call("api/v1/targets", &[("state", "active".into())], false)
             .await?;
         #[derive(Deserialize)]
         struct Targets {
