@@ -9,6 +9,7 @@ mod common;
 mod compact;
 mod faults;
 mod foreign_files;
+mod hostmetrics;
 mod html;
 mod ingest;
 mod jdbc_meta;

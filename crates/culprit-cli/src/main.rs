@@ -2,6 +2,7 @@
 //! it over the PostgreSQL wire.
 
 mod accuracy;
+mod collect;
 mod collect_trino;
 mod files;
 mod limits;
@@ -194,23 +195,11 @@ enum UserCommand {
 }
 
 #[derive(Subcommand)]
-enum CollectCommand {
-    /// Poll a Trino (or Presto) coordinator's /v1/query for finished queries and
-    /// ingest each one's QueryInfo (stages, tasks with their node, blocked and
-    /// queued time; docs/trino.md) before it expires.
-    Trino {
-        #[command(flatten)]
-        store: StoreArg,
-        #[command(flatten)]
-        args: collect_trino::TrinoArgs,
-    },
-}
-
-#[derive(Subcommand)]
 enum Command {
     /// Ingest telemetry files or folders as one batch: interchange Parquet, CSV, JSON lines,
     /// Spark event logs (plain or lz4/lzf/snappy/zstd, rolling, legacy, in progress), and
-    /// Trino/Presto query JSON (QueryInfo, event-listener QueryCompletedEvent).
+    /// Trino/Presto query JSON (QueryInfo, event-listener QueryCompletedEvent), and
+    /// host metrics (Prometheus range-query answers, `sadf -j` JSON).
     Ingest {
         #[command(flatten)]
         store: StoreArg,
@@ -241,14 +230,17 @@ enum Command {
         #[arg(long, default_value_t = (culprit_ingest::DEFAULT_MAX_DECODED_BYTES >> 20) as usize,
               value_parser = limits::max_decoded_mb)]
         max_decoded_mb: usize,
+        #[command(flatten)]
+        host_metrics: collect::HostMetricsArgs,
         /// Files, folders, or s3:// / file:// URLs.
         #[arg(required = true)]
         paths: Vec<String>,
     },
-    /// Collect telemetry from a running engine and ingest it.
+    /// Ask a running engine or monitoring system and ingest its answers (`collect trino`:
+    /// finished queries; `collect prometheus`: host metrics).
     Collect {
         #[command(subcommand)]
-        command: CollectCommand,
+        command: collect::CollectCommand,
     },
     /// Run one SQL statement and print the result.
     Sql {
@@ -380,6 +372,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             watch,
             interval,
             max_decoded_mb,
+            host_metrics,
             paths,
         } => {
             let store = Store::open(&store.store)?;
@@ -429,6 +422,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 table,
                 strict,
                 max_decoded_bytes: (max_decoded_mb as u64) << 20,
+                host_metrics: host_metrics.options()?,
             };
             if watch {
                 let interval = std::time::Duration::from_secs_f64(
@@ -443,12 +437,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 ExitCode::from(1)
             })
         }
-        Command::Collect {
-            command: CollectCommand::Trino { store, args },
-        } => {
-            let store = Store::open(&store.store)?;
-            collect_trino::run(&store, &args).await
-        }
+        Command::Collect { command } => collect::run(command).await,
         Command::Sql {
             store,
             format,

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{IngestError, Result};
 use crate::formats::{self, Format, Origin, RawRows};
+use crate::hostmetrics::{self, HostMetricsOptions};
 use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
@@ -37,6 +38,9 @@ pub struct IngestOptions {
     /// The most bytes one compressed file may decode to: past it the file
     /// is rejected (the rest of the batch goes on), checked as it decodes.
     pub max_decoded_bytes: u64,
+    /// How host metrics (Prometheus answers, `sadf -j` files) become
+    /// `host_windows` rows.
+    pub host_metrics: HostMetricsOptions,
 }
 
 impl Default for IngestOptions {
@@ -45,6 +49,7 @@ impl Default for IngestOptions {
             table: None,
             strict: false,
             max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
+            host_metrics: HostMetricsOptions::default(),
         }
     }
 }
@@ -93,6 +98,8 @@ pub struct IngestReport {
     pub spark_logs: usize,
     /// Trino and Presto queries read (QueryInfo, QueryCompletedEvent).
     pub trino_queries: usize,
+    /// Host-metrics files read (Prometheus answers, `sadf -j` files).
+    pub host_metrics_files: usize,
     /// Things worth knowing that are not errors: unknown Spark event types
     /// skipped, a cut last line of a log in progress.
     pub notes: Vec<String>,
@@ -113,11 +120,20 @@ impl IngestReport {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let logs = match (self.spark_logs, self.trino_queries) {
-            (0, 0) => String::new(),
-            (s, 0) => format!(" ({s} Spark event logs)"),
-            (0, t) => format!(" ({t} Trino/Presto queries)"),
-            (s, t) => format!(" ({s} Spark event logs, {t} Trino/Presto queries)"),
+        let mut kinds = Vec::new();
+        if self.spark_logs > 0 {
+            kinds.push(format!("{} Spark event logs", self.spark_logs));
+        }
+        if self.trino_queries > 0 {
+            kinds.push(format!("{} Trino/Presto queries", self.trino_queries));
+        }
+        if self.host_metrics_files > 0 {
+            kinds.push(format!("{} host metrics files", self.host_metrics_files));
+        }
+        let logs = if kinds.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", kinds.join(", "))
         };
         let mut s = format!(
             "{} files{logs}, rows: {rows}; rejected {}",
@@ -174,6 +190,8 @@ pub async fn ingest(
         buffered: BTreeMap::new(),
         seen_keys: HashSet::new(),
         max_decoded: usize::try_from(opts.max_decoded_bytes).unwrap_or(usize::MAX),
+        host_metrics: hostmetrics::Batch::default(),
+        host_opts: &opts.host_metrics,
     };
     let read = ctx.read_all(work, logs).await;
     progress.finish();
@@ -306,6 +324,9 @@ struct Ctx<'a> {
     seen_keys: HashSet<String>,
     /// `IngestOptions::max_decoded_bytes`, as a size on this machine.
     max_decoded: usize,
+    /// Host metrics read so far, translated at the end of the batch.
+    host_metrics: hostmetrics::Batch,
+    host_opts: &'a HostMetricsOptions,
 }
 
 impl Ctx<'_> {
@@ -455,7 +476,29 @@ impl Ctx<'_> {
     async fn read_all(&mut self, work: Vec<TableFile>, logs: Vec<LogUnit>) -> Result<()> {
         self.read_files(work).await?;
         self.read_logs(logs).await?;
+        self.translate_host_metrics().await?;
         self.flush_all().await
+    }
+
+    /// The host metrics of the whole batch become `host_windows` rows
+    /// (together: a series cut over several files gives every window).
+    async fn translate_host_metrics(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.host_metrics);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let translated = batch.finish(self.host_opts);
+        self.report.notes.extend(translated.notes);
+        let file = "host metrics";
+        let locate = |o: Origin| (file.to_string(), o.to_string());
+        self.add_rows(
+            Table::HostWindows,
+            translated.rows,
+            file,
+            BatchDuplicates::Skip,
+            &locate,
+        )
+        .await
     }
 
     async fn flush_all(&mut self) -> Result<()> {
@@ -574,6 +617,9 @@ impl Ctx<'_> {
         // The decoded text is all that is needed from here: free the input.
         drop(raw_parts);
         if !spark::is_event_log(&parts[0].text) {
+            if let Some(outcome) = self.read_host_metrics(name, &parts) {
+                return Ok(outcome);
+            }
             if let [part] = parts.as_slice() {
                 match trino::read(&part.text) {
                     Some(Ok(doc)) => return self.add_trino(name, doc).await,
@@ -669,6 +715,27 @@ impl Ctx<'_> {
         self.report.notes.push(format!("{name}: {reason}"));
         self.report.ignored_files.push(name.to_string());
         LogOutcome::Ignored
+    }
+
+    /// A host-metrics file (a Prometheus answer, `sadf -j` JSON), kept for
+    /// the end of the batch; `None` when it is none.
+    fn read_host_metrics(&mut self, name: &str, parts: &[spark::Part]) -> Option<LogOutcome> {
+        let [part] = parts else { return None };
+        let kind = hostmetrics::sniff(&part.text)?;
+        match self.host_metrics.add(kind, &part.text) {
+            Ok(()) => {
+                self.report.host_metrics_files += 1;
+                Some(LogOutcome::Parsed)
+            }
+            Err(reason) => {
+                self.report.rejected.push(Rejection {
+                    file: name.to_string(),
+                    location: None,
+                    reason,
+                });
+                Some(LogOutcome::Rejected)
+            }
+        }
     }
 
     /// A file whose first line is no Spark event: rejected when the user

@@ -15,6 +15,7 @@ mod error;
 mod formats;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod hostmetrics;
 mod identity;
 mod sources;
 pub mod spark;
@@ -27,5 +28,6 @@ pub use driver::{
 };
 pub use error::{IngestError, Result};
 pub use formats::Format;
+pub use hostmetrics::HostMetricsOptions;
 pub use sources::{list_sources, SourceFile};
 pub use user_table::{ingest_user_table, parse_schema, UserTableReport};
