@@ -287,6 +287,12 @@ enum Command {
         slots: usize,
         #[arg(long, value_enum, default_value = "parquet")]
         format: files::FileFormat,
+        /// Fast mode: write the data in this many folders `part-000`, ... of
+        /// consecutive queries (each made and written in turn, so memory
+        /// holds one part): ingest them one after the other to build a store
+        /// larger than one ingest holds.
+        #[arg(long, default_value_t = 1, requires = "tasks")]
+        parts: usize,
     },
     /// Scheduled reports (`SELECT cron.schedule(...)` over the wire).
     Report {
@@ -571,8 +577,35 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             tasks,
             slots,
             format,
+            parts,
         } => {
             let started = std::time::Instant::now();
+            if let (Some(tasks), true) = (tasks, parts > 1) {
+                let cfg = culprit_sim::FastConfig {
+                    seed,
+                    tasks,
+                    hosts,
+                    slots,
+                    ..Default::default()
+                };
+                let (mut files, mut rows) = (0usize, 0usize);
+                culprit_sim::fast_parts(&cfg, parts, |part, workload| {
+                    let dir = std::path::Path::new(&out).join(format!("part-{part:03}"));
+                    files += files::write_workload(&dir, &workload, format)?.len();
+                    rows += workload.tasks.num_rows();
+                    eprintln!(
+                        "part {}/{parts}: {} tasks",
+                        part + 1,
+                        workload.tasks.num_rows()
+                    );
+                    Ok::<_, BoxError>(())
+                })?;
+                eprintln!(
+                    "wrote {files} files in {parts} parts to {out} ({rows} tasks) in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let workload = match tasks {
                 Some(tasks) => culprit_sim::fast(&culprit_sim::FastConfig {
                     seed,

@@ -23,6 +23,8 @@ pub struct Engine {
     store: Store,
     window_cache_rows: u64,
     cache: Mutex<Option<(u64, Snapshot)>>,
+    /// The query index of a manifest version (`focus.rs`).
+    pub(crate) spans: Mutex<Option<(u64, Option<Arc<crate::focus::Spans>>)>>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -49,7 +51,12 @@ impl Engine {
             store,
             window_cache_rows: rows,
             cache: Mutex::new(None),
+            spans: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The dataset of the newest manifest (cached per version). With

@@ -10,11 +10,17 @@
 //! tasks, stages and host rows are kept, and each analysis reads
 //! `task_windows` one host bucket at a time (`buckets.rs`), so memory holds
 //! the rows of a few hosts, never the table.
+//!
+//! An analysis of named victims needs much less: [`Engine::focused`] reads
+//! only the tasks and window rows that overlap them in time (and what their
+//! slot holders need), found through the store's query index, so its cost
+//! follows the victims, not the store (`focus.rs`).
 
 mod analyses;
 mod buckets;
 mod engine;
 mod error;
+mod focus;
 mod papers;
 
 pub use analyses::Blamed;

@@ -30,6 +30,11 @@ pub struct FastConfig {
     /// Length of a host_windows row, seconds.
     pub host_window: f64,
     pub start_us: i64,
+    /// How busy the cluster is: queries arrive every (a query's
+    /// task-seconds / slots / `load`). Slots held for a next stage idle
+    /// until it is ready (no backfill), so above about 0.65 the slot queue
+    /// grows without end; at 0.6 tasks wait a second or two.
+    pub load: f64,
 }
 
 impl Default for FastConfig {
@@ -43,6 +48,7 @@ impl Default for FastConfig {
             windows_per_task: 3,
             host_window: 10.0,
             start_us: 1_767_225_600_000_000,
+            load: 0.6,
         }
     }
 }
@@ -57,11 +63,37 @@ const USERS: [&str; 6] = ["alice", "bob", "carol", "dave", "erin", "mallory"];
 /// Writes `cfg.tasks` tasks of plausible, unsimulated data (the module doc
 /// says what is real in it), reproducibly from `cfg.seed`.
 pub fn fast(cfg: &FastConfig) -> Workload {
-    let mut generator = Generator::new(cfg);
+    let mut generator = Generator::new(cfg, cfg.tasks);
     for query in 0..generator.queries {
         generator.query(query);
     }
-    generator.into_workload()
+    generator.take(true)
+}
+
+/// [`fast`] in `parts` workloads of consecutive queries, each given to
+/// `sink` as soon as it is made, so memory holds one part: the parts
+/// together are the tables of [`fast`] (host rows split by time, each row
+/// in one part).
+pub fn fast_parts<E>(
+    cfg: &FastConfig,
+    parts: usize,
+    mut sink: impl FnMut(usize, Workload) -> Result<(), E>,
+) -> Result<(), E> {
+    let parts = parts.max(1);
+    let per_part = cfg.tasks.div_ceil(parts);
+    let mut generator = Generator::new(cfg, per_part);
+    let queries = generator.queries;
+    let per_part_queries = queries.div_ceil(parts);
+    for part in 0..parts {
+        let first = part * per_part_queries;
+        let last = ((part + 1) * per_part_queries).min(queries);
+        for query in first..last {
+            generator.query(query);
+        }
+        let workload = generator.take(part + 1 == parts);
+        sink(part, workload)?;
+    }
+    Ok(())
 }
 
 /// Writes the tables of [`fast`], query by query. Times are kept in
@@ -85,19 +117,26 @@ struct Generator<'a> {
     tasks_made: usize,
     /// The last end of any query.
     span_end: i64,
+    /// Host windows written so far.
+    host_windows_made: usize,
+    /// Rows to reserve per part.
+    capacity: usize,
 }
 
 impl<'a> Generator<'a> {
-    fn new(cfg: &'a FastConfig) -> Self {
+    fn new(cfg: &'a FastConfig, capacity: usize) -> Self {
         let per_query = cfg.tasks_per_query.max(2);
         let queries = cfg.tasks.div_ceil(per_query);
         let slots = (0..cfg.hosts * cfg.slots)
             .map(|i| Reverse((0i64, i)))
             .collect();
-        // About four queries at once: a new query every quarter of a query's
-        // span (a task lasts 11 s on average).
+        // A new query every time the whole cluster would need for a
+        // query's tasks (a task lasts 11 s on average), divided by the load:
+        // several queries run at once, and the slot queue stays short
+        // however many queries there are (a store twice as large is twice
+        // as long, not a queue twice as deep).
         let total_slots = (cfg.hosts * cfg.slots) as f64;
-        let submit_gap = per_query as f64 * 11.0 / total_slots / 4.0 * 1e6;
+        let submit_gap = per_query as f64 * 11.0 / total_slots / cfg.load * 1e6;
         Generator {
             cfg,
             rng: Rng::new(cfg.seed),
@@ -105,12 +144,14 @@ impl<'a> Generator<'a> {
             queries,
             submit_gap,
             slots,
-            task_rows: TableBuilder::new(Table::Tasks, cfg.tasks),
+            task_rows: TableBuilder::new(Table::Tasks, capacity),
             stage_rows: TableBuilder::new(Table::Stages, queries * 2),
             query_rows: TableBuilder::new(Table::Queries, queries),
-            task_windows: TaskWindowColumns::new(cfg.tasks * cfg.windows_per_task * 4),
+            task_windows: TaskWindowColumns::new(capacity * cfg.windows_per_task * 4),
             tasks_made: 0,
             span_end: 0,
+            host_windows_made: 0,
+            capacity,
         }
     }
 
@@ -239,13 +280,34 @@ impl<'a> Generator<'a> {
         (total_blocked, total_acquired)
     }
 
-    fn into_workload(self) -> Workload {
+    /// The rows made since the last call; with `last`, the host rows up to
+    /// the end of every query, else those of the windows that have ended by
+    /// the latest query start so far.
+    fn take(&mut self, last: bool) -> Workload {
+        let cfg = self.cfg;
+        let queries = self.queries;
+        let capacity = self.capacity;
+        let step_us = (cfg.host_window * 1e6) as i64;
+        let windows_end = if last {
+            (self.span_end as f64 / 1e6 / cfg.host_window).ceil() as usize
+        } else {
+            (self.span_end / step_us.max(1)) as usize
+        };
+        let from = self.host_windows_made;
+        self.host_windows_made = windows_end.max(from);
+        let taken = |b: &mut TableBuilder, t: Table, n: usize| {
+            std::mem::replace(b, TableBuilder::new(t, n)).finish()
+        };
         Workload {
-            queries: self.query_rows.finish(),
-            stages: self.stage_rows.finish(),
-            tasks: self.task_rows.finish(),
-            task_windows: self.task_windows.finish(),
-            host_windows: host_windows(self.cfg, self.span_end),
+            queries: taken(&mut self.query_rows, Table::Queries, queries),
+            stages: taken(&mut self.stage_rows, Table::Stages, queries * 2),
+            tasks: taken(&mut self.task_rows, Table::Tasks, capacity),
+            task_windows: std::mem::replace(
+                &mut self.task_windows,
+                TaskWindowColumns::new(capacity * cfg.windows_per_task * 4),
+            )
+            .finish(),
+            host_windows: host_windows(cfg, from, self.host_windows_made),
             record_lineage: None,
             partition_latency: None,
             victim: "q000000".into(),
@@ -255,16 +317,16 @@ impl<'a> Generator<'a> {
     }
 }
 
-/// The capacity of every resource of every host, in windows of
-/// `cfg.host_window` seconds up to `span_end` (no use: it is not simulated).
-fn host_windows(cfg: &FastConfig, span_end: i64) -> RecordBatch {
+/// The capacity of every resource of every host, in windows number `from`
+/// to `to` (excluded) of `cfg.host_window` seconds (no use: it is not
+/// simulated).
+fn host_windows(cfg: &FastConfig, from: usize, to: usize) -> RecordBatch {
     let epoch_us = |t: f64| cfg.start_us + (t * 1e6) as i64;
     let mut rows = TableBuilder::new(Table::HostWindows, 1024);
     let step = cfg.host_window;
-    let windows = ((span_end as f64 / 1e6) / step).ceil() as usize;
     for host in 0..cfg.hosts {
         let host = format!("host-{host:04}");
-        for window in 0..windows {
+        for window in from..to {
             for r in 0..RESOURCES.len() {
                 rows.row(&[
                     ("host", Value::S(&host)),
@@ -282,6 +344,7 @@ fn host_windows(cfg: &FastConfig, span_end: i64) -> RecordBatch {
 /// The `task_windows` table built column by column: at a million tasks, a
 /// row-by-row [`TableBuilder`] (a column lookup per value) is too slow.
 struct TaskWindowColumns {
+    /// Rows pushed.
     rows: usize,
     task_id: StringBuilder,
     start: TimestampMicrosecondBuilder,
@@ -293,10 +356,10 @@ struct TaskWindowColumns {
 }
 
 impl TaskWindowColumns {
-    /// Columns for `rows` rows: exactly that many are pushed.
+    /// Columns with room for `rows` rows.
     fn new(rows: usize) -> Self {
         TaskWindowColumns {
-            rows,
+            rows: 0,
             task_id: StringBuilder::with_capacity(rows, rows * 8),
             start: TimestampMicrosecondBuilder::with_capacity(rows),
             end: TimestampMicrosecondBuilder::with_capacity(rows),
@@ -317,6 +380,7 @@ impl TaskWindowColumns {
         blocked: f64,
         acquired: f64,
     ) {
+        self.rows += 1;
         self.task_id.append_value(task_id);
         self.start.append_value(start);
         self.end.append_value(end);
@@ -361,5 +425,78 @@ mod tests {
         assert_eq!(w.task_windows.num_rows(), 12_000);
         assert_eq!(w.queries.num_rows(), 10);
         assert_eq!(w.stages.num_rows(), 20);
+    }
+
+    #[test]
+    fn slot_waits_do_not_grow_with_the_data() {
+        // The mean slot wait of the last tenth of the tasks, for two sizes:
+        // a stable queue keeps it short and about the same.
+        let mean_wait = |tasks: usize| -> f64 {
+            let w = fast(&FastConfig {
+                tasks,
+                hosts: 10,
+                tasks_per_query: 100,
+                ..FastConfig::default()
+            });
+            let t = |c: &str| {
+                w.tasks
+                    .column_by_name(c)
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+                    .unwrap()
+                    .clone()
+            };
+            let (ready, launch) = (t("ready_time"), t("launch_time"));
+            let from = tasks - tasks / 10;
+            (from..tasks)
+                .map(|i| (launch.value(i) - ready.value(i)) as f64 / 1e6)
+                .sum::<f64>()
+                / (tasks - from) as f64
+        };
+        let (small, large) = (mean_wait(20_000), mean_wait(200_000));
+        assert!(
+            small < 60.0 && large < 60.0,
+            "mean waits {small} s, {large} s"
+        );
+        assert!(large < small * 2.0 + 5.0, "mean waits {small} s, {large} s");
+    }
+
+    #[test]
+    fn parts_are_the_whole_split() {
+        let cfg = FastConfig {
+            tasks: 3000,
+            hosts: 10,
+            tasks_per_query: 100,
+            ..FastConfig::default()
+        };
+        let whole = fast(&cfg);
+        let mut parts = Vec::new();
+        fast_parts(&cfg, 4, |_, w| {
+            parts.push(w);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        assert_eq!(parts.len(), 4);
+        let rows = |f: fn(&Workload) -> &RecordBatch| -> (usize, usize) {
+            (
+                f(&whole).num_rows(),
+                parts.iter().map(|p| f(p).num_rows()).sum(),
+            )
+        };
+        for (a, b) in [
+            rows(|w| &w.tasks),
+            rows(|w| &w.task_windows),
+            rows(|w| &w.queries),
+            rows(|w| &w.stages),
+            rows(|w| &w.host_windows),
+        ] {
+            assert_eq!(a, b);
+        }
+        // The same rows: the tasks of the parts, in order, are the whole's.
+        let joined =
+            arrow::compute::concat_batches(&whole.tasks.schema(), parts.iter().map(|p| &p.tasks))
+                .unwrap();
+        assert_eq!(joined, whole.tasks);
     }
 }

@@ -19,7 +19,7 @@ mod rng;
 pub mod scenarios;
 mod sim;
 
-pub use fast::{fast, FastConfig};
+pub use fast::{fast, fast_parts, FastConfig};
 pub use rng::Rng;
 pub use scenarios::{scenario, ScenarioKind};
 pub use sim::{

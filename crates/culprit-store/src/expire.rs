@@ -263,6 +263,47 @@ impl Store {
             batch.abort().await;
             return Ok(report);
         }
+        // The query index loses the expired queries too (else it no longer
+        // adds up to the stored tasks, and analyses of one victim would read
+        // the whole store).
+        let index = crate::layout::QUERY_SPANS;
+        for file in manifest.files_named(index).cloned().collect::<Vec<_>>() {
+            let keep = |b: &RecordBatch| -> BooleanArray {
+                match text(b, "query_id") {
+                    Some(a) => (0..b.num_rows())
+                        .map(|i| Some(!(a.is_valid(i) && gone.queries.contains(a.value(i)))))
+                        .collect(),
+                    None => BooleanArray::from(vec![true; b.num_rows()]),
+                }
+            };
+            let mut removed = 0usize;
+            let mut stream = self.scan_files(vec![file.clone()], None);
+            while let Some(b) = stream.try_next().await? {
+                let k = keep(&b);
+                removed += k.len() - k.true_count();
+            }
+            if removed == 0 {
+                continue;
+            }
+            if removed as u64 != file.rows {
+                let rows = self.scan_files(vec![file.clone()], None).map(move |b| {
+                    let b = b?;
+                    Ok(arrow::compute::filter_record_batch(&b, &keep(&b))?)
+                });
+                let id = batch.id().to_string();
+                let schema = crate::layout::query_spans_schema();
+                let written = batch
+                    .write_parquet_stream(index, &schema, rows, None, |part| {
+                        format!("tables/{index}/{id}-{part:04}.parquet")
+                    })
+                    .await;
+                if let Err(e) = written {
+                    batch.abort().await;
+                    return Err(e);
+                }
+            }
+            batch.merged_files(index, vec![file.path.clone()]);
+        }
         report.version = Some(batch.commit().await?.version);
         Ok(report)
     }

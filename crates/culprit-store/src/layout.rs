@@ -4,6 +4,16 @@
 //! ran on). The blame sweep then loads one bucket at a time, so memory holds
 //! the rows of a few hosts, never the whole table (method.md section 2: hosts
 //! are independent).
+//!
+//! Time prunes too. Rows of the time tables (`tasks`, `task_windows`,
+//! `host_windows`) are written sorted by their start, in small row groups,
+//! and every file records the time span of its rows in the manifest; Parquet
+//! keeps each row group's minimum and maximum. A reader of a time range
+//! skips the files and row groups that end before it or start after it
+//! (`Store::scan_overlapping`). Every batch that writes tasks also writes
+//! the query index ([`QUERY_SPANS`]): per query, the span of its tasks, so an
+//! analysis of one victim finds the time it must read without reading any
+//! task.
 
 /// Buckets of hosts. Changing it only makes older files be read as
 /// unbucketed (correct, less bounded in memory).
@@ -18,6 +28,50 @@ pub fn host_bucket(host: &str) -> u32 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     (h % HOST_BUCKETS as u64) as u32
+}
+
+/// The query index: one row per query and batch, the span of that batch's
+/// tasks of the query (earliest ready or launch time, latest finish) and
+/// how many tasks it wrote. Stored like a table, under this name (not a
+/// telemetry table: SQL does not show it; users cannot name a table so).
+pub const QUERY_SPANS: &str = "culprit.query_spans";
+
+/// The schema of [`QUERY_SPANS`].
+pub fn query_spans_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    static SCHEMA: std::sync::OnceLock<arrow::datatypes::SchemaRef> = std::sync::OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+            std::sync::Arc::new(Schema::new(vec![
+                Field::new("query_id", DataType::Utf8, false),
+                Field::new("first", ts.clone(), false),
+                Field::new("last", ts, false),
+                Field::new("tasks", DataType::UInt64, false),
+            ]))
+        })
+        .clone()
+}
+
+/// The columns that give a row's time span in a time table: its start
+/// (`None`: the earlier of two columns, e.g. a task's ready and launch
+/// times) and its end. `None` for the other tables.
+pub fn time_columns(table: &str) -> Option<(&'static [&'static str], &'static str)> {
+    match table {
+        "tasks" => Some((&["launch_time", "ready_time"], "finish_time")),
+        "task_windows" | "host_windows" => Some((&["window_start"], "window_end")),
+        _ => None,
+    }
+}
+
+/// Rows per Parquet row group: small for the time tables, so that a time
+/// range reads little more than its rows; large for the others.
+pub fn rows_per_group(table: &str) -> usize {
+    if time_columns(table).is_some() {
+        16 << 10
+    } else {
+        256 << 10
+    }
 }
 
 #[cfg(test)]

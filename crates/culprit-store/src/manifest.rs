@@ -213,6 +213,12 @@ impl Manifest {
         self.cron_jobs.iter().find(|j| j.jobname == name)
     }
 
+    /// The files recorded under this table name (culprit's own index
+    /// tables, e.g. [`crate::layout::QUERY_SPANS`]).
+    pub fn files_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a DataFile> {
+        self.files.iter().filter(move |f| f.table == name)
+    }
+
     /// The files of a user table, oldest first.
     pub fn files_of_user(&self, name: &str) -> impl Iterator<Item = &DataFile> {
         let name = name.to_string();

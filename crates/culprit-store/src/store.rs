@@ -26,8 +26,6 @@ pub const DEFAULT_STORE: &str = "./culprit-data";
 
 /// Rows per Parquet file before a batch rolls over to the next file.
 const ROWS_PER_FILE: usize = 4 << 20;
-/// Rows per row group (the unit DataFusion scans in parallel and prunes).
-const ROWS_PER_GROUP: usize = 256 << 10;
 /// How often a commit retries after losing a race to a concurrent commit.
 const COMMIT_RETRIES: usize = 16;
 
@@ -266,6 +264,169 @@ impl Store {
             .boxed()
     }
 
+    /// Streams the rows of these files (of a time table, see
+    /// [`crate::layout::time_columns`]) that may overlap `[from, to]`: files
+    /// whose recorded span misses it are not read, and of the others only
+    /// the row groups whose statistics may overlap it are fetched (ranged
+    /// reads). Rows of a kept row group are all returned: the caller keeps
+    /// the ones it wants. Files without a span or statistics (older stores)
+    /// are read whole. Only the named columns if given.
+    pub fn scan_overlapping(
+        &self,
+        files: Vec<DataFile>,
+        columns: Option<&[&str]>,
+        from: i64,
+        to: i64,
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+        use futures::StreamExt;
+        let columns: Option<Vec<String>> =
+            columns.map(|c| c.iter().map(|s| s.to_string()).collect());
+        let files: Vec<DataFile> = files
+            .into_iter()
+            .filter(|f| f.may_overlap(from, to))
+            .collect();
+        let store = self.clone();
+        futures::stream::iter(files)
+            .map(move |file| {
+                let (store, columns) = (store.clone(), columns.clone());
+                async move { store.open_overlapping(file, columns, from, to).await }
+            })
+            .buffered(4)
+            .try_flatten()
+            .boxed()
+    }
+
+    async fn open_overlapping(
+        &self,
+        file: DataFile,
+        columns: Option<Vec<String>>,
+        from: i64,
+        to: i64,
+    ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+        use futures::StreamExt;
+        use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+        let path = self.path(&file.path);
+        let name = path.to_string();
+        let perr = |source| StoreError::Parquet {
+            path: name.clone(),
+            source,
+        };
+        let size = match file.bytes {
+            0 => {
+                self.object_store
+                    .head(&path)
+                    .await
+                    .map_err(self.os_err())?
+                    .size
+            }
+            n => n,
+        };
+        let reader = Ranged {
+            store: self.object_store.clone(),
+            path: path.clone(),
+            size,
+        };
+        let mut builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(perr)?
+            .with_batch_size(64 * 1024);
+        let cols: Option<Vec<&str>> = columns
+            .as_ref()
+            .map(|c| c.iter().map(|s| s.as_str()).collect());
+        check_schema(&name, &file.table, builder.schema(), cols.as_deref())?;
+        if let Some((starts, end)) = crate::layout::time_columns(&file.table) {
+            let meta = builder.metadata().clone();
+            let schema = builder.parquet_schema();
+            let index = |c: &str| schema.columns().iter().position(|d| d.name() == c);
+            let start_idx: Vec<usize> = starts.iter().filter_map(|c| index(c)).collect();
+            let end_idx = index(end);
+            let groups: Vec<usize> = (0..meta.num_row_groups())
+                .filter(|&g| {
+                    let rg = meta.row_group(g);
+                    // The earliest start of the group, the latest end: a
+                    // missing statistic keeps the group.
+                    let first = start_idx
+                        .iter()
+                        .map(|&i| i64_stat(rg.column(i).statistics(), false))
+                        .try_fold(i64::MAX, |acc, v| v.map(|v| acc.min(v)));
+                    let last = end_idx.and_then(|i| i64_stat(rg.column(i).statistics(), true));
+                    match (first, last) {
+                        (Some(first), Some(last)) if !start_idx.is_empty() => {
+                            first <= to && from <= last
+                        }
+                        _ => true,
+                    }
+                })
+                .collect();
+            builder = builder.with_row_groups(groups);
+        }
+        if let Some(cols) = &cols {
+            let schema = builder.schema().clone();
+            let indices: Vec<usize> = cols
+                .iter()
+                .filter_map(|c| schema.index_of(c).ok())
+                .collect();
+            let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+            builder = builder.with_projection(mask);
+        }
+        let stream = builder.build().map_err(perr)?;
+        Ok(stream
+            .map(move |r| {
+                r.map_err(|e| StoreError::Parquet {
+                    path: name.clone(),
+                    source: e,
+                })
+            })
+            .boxed())
+    }
+
+    /// The query index of `manifest` ([`crate::layout::QUERY_SPANS`]): per
+    /// query, the earliest and latest time of its tasks and their number,
+    /// over every batch. `None` when some stored task is not indexed (a
+    /// store written before the index, or rows expired since): then only a
+    /// full read is right.
+    pub async fn query_spans(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<Option<std::collections::HashMap<String, (i64, i64, u64)>>> {
+        use arrow::array::{Array, AsArray};
+        let files: Vec<DataFile> = manifest
+            .files_named(crate::layout::QUERY_SPANS)
+            .cloned()
+            .collect();
+        let mut spans: std::collections::HashMap<String, (i64, i64, u64)> =
+            std::collections::HashMap::new();
+        let mut indexed = 0u64;
+        let batches: Vec<RecordBatch> = self.scan_files(files, None).try_collect().await?;
+        for b in &batches {
+            let (Some(ids), Some(first), Some(last), Some(n)) = (
+                b.column_by_name("query_id")
+                    .and_then(|c| c.as_string_opt::<i32>()),
+                time_column(b, "first"),
+                time_column(b, "last"),
+                b.column_by_name("tasks")
+                    .and_then(|c| c.as_primitive_opt::<arrow::datatypes::UInt64Type>()),
+            ) else {
+                return Ok(None);
+            };
+            for i in 0..b.num_rows() {
+                if ids.is_null(i) {
+                    continue;
+                }
+                let e = spans.entry(ids.value(i).to_string()).or_insert((
+                    first.value(i),
+                    last.value(i),
+                    0,
+                ));
+                e.0 = e.0.min(first.value(i));
+                e.1 = e.1.max(last.value(i));
+                e.2 += n.value(i);
+                indexed += n.value(i);
+            }
+        }
+        Ok((indexed == manifest.rows_of(Table::Tasks)).then_some(spans))
+    }
+
     /// The bytes of one data file.
     pub async fn fetch(&self, file: &DataFile) -> Result<bytes::Bytes> {
         let path = self.path(&file.path);
@@ -328,22 +489,178 @@ impl Store {
     }
 }
 
-/// The earliest `window_start` and latest `window_end` of rows of a window
-/// table (`task_windows`, `host_windows`); `None` for other tables.
+/// The earliest start and latest end of rows of a time table (see
+/// [`crate::layout::time_columns`]); `None` for other tables.
 fn window_span(table: &str, batch: &RecordBatch) -> Option<[i64; 2]> {
-    use arrow::array::AsArray;
-    use arrow::datatypes::TimestampMicrosecondType;
-    if table != Table::TaskWindows.name() && table != Table::HostWindows.name() {
-        return None;
-    }
-    let time = |c: &str| {
-        batch
-            .column_by_name(c)
-            .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
-    };
-    let first = arrow::compute::min(time("window_start")?)?;
-    let last = arrow::compute::max(time("window_end")?)?;
+    let (starts, end) = crate::layout::time_columns(table)?;
+    let first = starts
+        .iter()
+        .filter_map(|c| arrow::compute::min(time_column(batch, c)?))
+        .min()?;
+    let last = arrow::compute::max(time_column(batch, end)?)?;
     Some([first, last])
+}
+
+fn time_column<'a>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Option<&'a arrow::array::TimestampMicrosecondArray> {
+    use arrow::array::AsArray;
+    batch
+        .column_by_name(name)
+        .and_then(|a| a.as_primitive_opt::<arrow::datatypes::TimestampMicrosecondType>())
+}
+
+/// A stored file read by ranges: its footer, then the column chunks of the
+/// row groups a reader keeps.
+struct Ranged {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    size: u64,
+}
+
+impl parquet::arrow::async_reader::AsyncFileReader for Ranged {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<bytes::Bytes>> {
+        use futures::FutureExt;
+        async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<Vec<bytes::Bytes>>> {
+        use futures::FutureExt;
+        async move {
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a parquet::arrow::arrow_reader::ArrowReaderOptions>,
+    ) -> futures::future::BoxFuture<
+        'a,
+        parquet::errors::Result<Arc<parquet::file::metadata::ParquetMetaData>>,
+    > {
+        use futures::FutureExt;
+        async move {
+            let size = self.size;
+            let metadata = parquet::file::metadata::ParquetMetaDataReader::new()
+                .with_arrow_reader_options(options)
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
+}
+
+/// A row group's minimum (or maximum) of an INT64 column (times are
+/// stored so), if written.
+fn i64_stat(stats: Option<&parquet::file::statistics::Statistics>, max: bool) -> Option<i64> {
+    match stats? {
+        parquet::file::statistics::Statistics::Int64(s) => {
+            if max {
+                s.max_opt().copied()
+            } else {
+                s.min_opt().copied()
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The rows of a time table as one batch sorted by start (stable: rows of
+/// the same start keep their order), so that each row group of its files
+/// covers a short time. Other tables' rows are returned as they are.
+fn sort_by_start(table: Table, batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    let batches: Vec<RecordBatch> = batches
+        .iter()
+        .filter(|b| b.num_rows() > 0)
+        .cloned()
+        .collect();
+    let Some((starts, _)) = crate::layout::time_columns(table.name()) else {
+        return Ok(batches);
+    };
+    let Some(first) = batches.first() else {
+        return Ok(batches);
+    };
+    let Some(column) = starts.iter().find(|c| first.column_by_name(c).is_some()) else {
+        return Ok(batches);
+    };
+    let all = if batches.len() == 1 {
+        batches[0].clone()
+    } else {
+        arrow::compute::concat_batches(&first.schema(), &batches)?
+    };
+    let Some(key) = all.column_by_name(column) else {
+        return Ok(vec![all]);
+    };
+    let order = arrow::compute::sort_to_indices(key, None, None)?;
+    Ok(vec![arrow::compute::take_record_batch(&all, &order)?])
+}
+
+/// The query index rows of these `tasks` rows: per query, the earliest
+/// ready or launch time, the latest finish and the number of tasks.
+fn query_spans(tasks: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    use arrow::array::{Array, AsArray, StringArray, TimestampMicrosecondArray, UInt64Array};
+    let mut spans: BTreeMap<String, (i64, i64, u64)> = BTreeMap::new();
+    for b in tasks {
+        let Some(ids) = b
+            .column_by_name("query_id")
+            .and_then(|c| c.as_string_opt::<i32>())
+        else {
+            continue;
+        };
+        let (Some(launch), Some(finish)) =
+            (time_column(b, "launch_time"), time_column(b, "finish_time"))
+        else {
+            continue;
+        };
+        let ready = time_column(b, "ready_time");
+        for i in 0..b.num_rows() {
+            if ids.is_null(i) || launch.is_null(i) || finish.is_null(i) {
+                continue;
+            }
+            let mut first = launch.value(i);
+            if let Some(r) = ready.filter(|r| r.is_valid(i)) {
+                first = first.min(r.value(i));
+            }
+            let last = finish.value(i);
+            let e = spans
+                .entry(ids.value(i).to_string())
+                .or_insert((first, last, 0));
+            e.0 = e.0.min(first);
+            e.1 = e.1.max(last);
+            e.2 += 1;
+        }
+    }
+    if spans.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = StringArray::from_iter_values(spans.keys());
+    let first = TimestampMicrosecondArray::from_iter_values(spans.values().map(|v| v.0))
+        .with_timezone("UTC");
+    let last = TimestampMicrosecondArray::from_iter_values(spans.values().map(|v| v.1))
+        .with_timezone("UTC");
+    let n = UInt64Array::from_iter_values(spans.values().map(|v| v.2));
+    Ok(vec![RecordBatch::try_new(
+        crate::layout::query_spans_schema(),
+        vec![Arc::new(ids), Arc::new(first), Arc::new(last), Arc::new(n)],
+    )?])
 }
 
 /// A change of a user table, applied at commit.
@@ -531,7 +848,12 @@ impl PendingBatch {
     /// Rows written so far, per table.
     pub fn rows(&self) -> BTreeMap<String, u64> {
         let mut rows = BTreeMap::new();
-        for f in &self.files {
+        // The query index is culprit's, not rows a user stored.
+        for f in self
+            .files
+            .iter()
+            .filter(|f| f.table != crate::layout::QUERY_SPANS)
+        {
             *rows.entry(f.table.clone()).or_insert(0) += f.rows;
         }
         rows
@@ -621,19 +943,38 @@ impl PendingBatch {
     /// Writes rows of a table (in its canonical schema) as one or more
     /// Parquet files. Empty input writes nothing. `task_windows` rows go to
     /// one file (or more) per host bucket (see [`PendingBatch::note_tasks`]).
+    /// Rows of the time tables are written sorted by their start, and
+    /// `tasks` rows add the batch's part of the query index
+    /// ([`crate::layout::QUERY_SPANS`]): see the layout module.
     pub async fn write(&mut self, table: Table, batches: &[RecordBatch]) -> Result<()> {
         match table {
             Table::Tasks => {
                 for b in batches {
                     self.note_tasks(b);
                 }
-                self.write_files(table, batches, None).await
+                let sorted = sort_by_start(table, batches)?;
+                self.write_files(table, &sorted, None).await?;
+                let index = query_spans(&sorted)?;
+                let id = self.id.clone();
+                let schema = crate::layout::query_spans_schema();
+                self.write_parquet(crate::layout::QUERY_SPANS, &schema, &index, None, |part| {
+                    format!(
+                        "tables/{}/{id}-{part:04}.parquet",
+                        crate::layout::QUERY_SPANS
+                    )
+                })
+                .await
             }
             Table::TaskWindows => {
                 for (bucket, batches) in self.by_bucket(batches)? {
-                    self.write_files(table, &batches, bucket).await?;
+                    let sorted = sort_by_start(table, &batches)?;
+                    self.write_files(table, &sorted, bucket).await?;
                 }
                 Ok(())
+            }
+            Table::HostWindows => {
+                let sorted = sort_by_start(table, batches)?;
+                self.write_files(table, &sorted, None).await
             }
             _ => self.write_files(table, batches, None).await,
         }
@@ -696,7 +1037,7 @@ impl PendingBatch {
                     *part += 1;
                     let props = WriterProperties::builder()
                         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
-                        .set_max_row_group_row_count(Some(ROWS_PER_GROUP))
+                        .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)))
                         .build();
                     let writer =
                         BufWriter::new(self.store.object_store.clone(), self.store.path(&rel));

@@ -37,6 +37,10 @@ impl TableFunction for Blame {
         })
     }
 
+    fn victims(&self) -> Option<Vec<String>> {
+        self.opts.victims.clone()
+    }
+
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
         let blamed = snapshot
             .blame(&self.opts)

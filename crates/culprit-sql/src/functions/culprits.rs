@@ -33,6 +33,10 @@ impl TableFunction for Culprits {
         })
     }
 
+    fn victims(&self) -> Option<Vec<String>> {
+        self.opts.victims.clone()
+    }
+
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
         let ds = &snapshot.ds;
         let rows = snapshot

@@ -32,6 +32,10 @@ impl TableFunction for IqcEdges {
         })
     }
 
+    fn victims(&self) -> Option<Vec<String>> {
+        self.opts.victims.clone()
+    }
+
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
         let (graph, _) = snapshot
             .graph(&self.opts)

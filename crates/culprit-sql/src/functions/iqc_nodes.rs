@@ -33,6 +33,10 @@ impl TableFunction for IqcNodes {
         })
     }
 
+    fn victims(&self) -> Option<Vec<String>> {
+        self.opts.victims.clone()
+    }
+
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
         let (graph, level4) = snapshot
             .graph(&self.opts)

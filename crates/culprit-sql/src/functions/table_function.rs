@@ -53,6 +53,9 @@ pub struct ComputedTable {
     /// Needs every window row in memory (not only the blame sweeps, which
     /// stream them from a large store).
     pub windows: bool,
+    /// The victims the call names, if it explains only them: then only what
+    /// could have slowed them is read (`Engine::focused`).
+    pub victims: Option<Vec<String>>,
     pub compute: Compute,
     /// The memory the result holds, charged to the query's pool until the
     /// plan (which owns this table) is dropped.
@@ -65,6 +68,7 @@ impl ComputedTable {
         schema: SchemaRef,
         engine: Arc<Engine>,
         windows: bool,
+        victims: Option<Vec<String>>,
         compute: Compute,
     ) -> Self {
         ComputedTable {
@@ -72,6 +76,7 @@ impl ComputedTable {
             schema,
             engine,
             windows,
+            victims,
             compute,
             held: Default::default(),
         }
@@ -101,11 +106,18 @@ impl TableProvider for ComputedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let snapshot = self
-            .engine
-            .snapshot(self.windows)
-            .await
-            .map_err(to_datafusion)?;
+        let focused = match &self.victims {
+            Some(victims) => self.engine.focused(victims).await.map_err(to_datafusion)?,
+            None => None,
+        };
+        let snapshot = match focused {
+            Some(snapshot) => snapshot,
+            None => self
+                .engine
+                .snapshot(self.windows)
+                .await
+                .map_err(to_datafusion)?,
+        };
         let compute = self.compute.clone();
         // The method is CPU work: keep it off the async workers.
         let started = std::time::Instant::now();
@@ -204,6 +216,12 @@ pub trait TableFunction: Sized + Send + Sync + 'static {
     fn plan(args: &Args) -> Result<Self>;
     /// The result. Blocking: runs on a blocking thread of the query's runtime.
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows>;
+    /// The victims, when the result explains only these queries: its
+    /// snapshot then holds only what could have slowed them, read through
+    /// the store's query index (`Engine::focused`).
+    fn victims(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The DataFusion table function of a [`TableFunction`].
@@ -235,6 +253,7 @@ impl<F: TableFunction> TableFunctionImpl for Registered<F> {
             F::schema(),
             self.engine.clone(),
             F::NEEDS_WINDOWS,
+            function.victims(),
             Arc::new(move |snapshot: &Snapshot| function.compute(snapshot)),
         )))
     }

@@ -1,0 +1,282 @@
+//! The analysis of named victims reads only what could have slowed them,
+//! so its cost follows the question, not the store.
+//!
+//! What the method needs for a victim `V` (method.md sections 4-5b):
+//!
+//! - `V`'s tasks, and on each host every window row that overlaps one of
+//!   `V`'s (the consumers of its resources), with that host's capacity rows:
+//!   all of it lies in `V`'s span `[a, b]` (the earliest ready or launch
+//!   time of its tasks, the latest finish), because a window row lies inside
+//!   its task's `[ready, finish]` (ingest refuses others);
+//! - for its slot waits, the tasks that held slots while `V` waited (any
+//!   host of the pool), which also run inside `[a, b]`;
+//! - for transitive slot blame, the whole own blame of each holder stage:
+//!   every task of the holder and everything that overlapped it, inside the
+//!   span of the holder's query.
+//!
+//! So the reads are: the query index (spans per query, cached per manifest
+//! version), the tasks that overlap `[a, b]`, then those that overlap the
+//! hull `U` of `[a, b]` and the holders' spans, and the window and host rows
+//! that overlap `U`; files and row groups outside are skipped by their
+//! recorded spans and statistics (`Store::scan_overlapping`). The stages and
+//! queries tables (one row per stage or query, not per task) are read whole.
+//! On this dataset the method gives the victims exactly the blame it gives
+//! them over the whole store; an unknown victim is refused without reading
+//! any task or window row.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::datatypes::TimestampMicrosecondType;
+use culprit_core::method::Dataset;
+use culprit_core::Table;
+use culprit_store::Manifest;
+use futures::TryStreamExt;
+
+use crate::engine::{Engine, Snapshot};
+use crate::error::Error;
+
+/// Per query: the earliest ready or launch time of its tasks, the latest
+/// finish, and how many tasks.
+pub(crate) type Spans = HashMap<String, (i64, i64, u64)>;
+
+impl Engine {
+    /// A snapshot that holds only what the analysis of `victims` needs (see
+    /// the module doc), or `None` when the store cannot say (no complete
+    /// query index: a store written before it; then use
+    /// [`Engine::snapshot`]).
+    pub async fn focused(&self, victims: &[String]) -> Result<Option<Snapshot>, Error> {
+        let started = std::time::Instant::now();
+        let manifest = self.store().manifest().await?;
+        let Some(spans) = self.spans(&manifest).await? else {
+            log::info!(
+                "store version {}: no complete query index, reading the whole store",
+                manifest.version
+            );
+            return Ok(None);
+        };
+        let store = self.store();
+        let mut ds = Dataset::new();
+        // The victims' span; none if no victim has tasks (unknown ones are
+        // refused by the analysis, from the queries table read below).
+        let hull = victims.iter().filter_map(|v| spans.get(v)).fold(
+            None,
+            |acc: Option<(i64, i64)>, &(a, b, _)| {
+                Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))
+            },
+        );
+        let mut tasks = Vec::new();
+        let mut region = None;
+        if let Some((a, b)) = hull {
+            tasks = self.tasks_overlapping(&manifest, (a, b), None).await?;
+            // The slot holders: tasks running while a victim task waited.
+            let (w0, w1) = waits(&tasks, victims);
+            let mut u = (a, b);
+            if w0 < w1 {
+                for q in running(&tasks, w0, w1) {
+                    if let Some(&(x, y, _)) = spans.get(&q) {
+                        u = (u.0.min(x), u.1.max(y));
+                    }
+                }
+            }
+            if u != (a, b) {
+                let more = self.tasks_overlapping(&manifest, u, Some((a, b))).await?;
+                tasks.extend(more);
+            }
+            region = Some(u);
+        }
+        for b in &tasks {
+            ds.add_tasks(b);
+        }
+        let mut stages = store.scan_table(&manifest, Table::Stages, None);
+        while let Some(b) = stages.try_next().await? {
+            ds.add_stages(&b);
+        }
+        let mut queries = store.scan_table(
+            &manifest,
+            Table::Queries,
+            Some(&["query_id", "app_id", "pool"]),
+        );
+        while let Some(b) = queries.try_next().await? {
+            ds.add_queries(&b);
+        }
+        let mut window_rows = 0usize;
+        if let Some((from, to)) = region {
+            for table in [Table::TaskWindows, Table::HostWindows] {
+                let files = manifest.files_of(table).cloned().collect();
+                let mut rows = store.scan_overlapping(files, None, from, to);
+                while let Some(b) = rows.try_next().await? {
+                    let Some(b) = keep(&b, "window_start", None, "window_end", (from, to), None)?
+                    else {
+                        continue;
+                    };
+                    match table {
+                        Table::TaskWindows => {
+                            window_rows += b.num_rows();
+                            ds.add_task_windows(&b)
+                        }
+                        _ => ds.add_host_windows(&b),
+                    }
+                }
+            }
+        }
+        log::info!(
+            "store version {}: read for {} in {:.3} s ({} tasks, {} window rows)",
+            manifest.version,
+            victims.join(", "),
+            started.elapsed().as_secs_f64(),
+            ds.tasks.len(),
+            window_rows
+        );
+        Ok(Some(Snapshot {
+            ds: Arc::new(ds),
+            buckets: None,
+            source: Arc::new((store.clone(), manifest)),
+        }))
+    }
+
+    /// The query index of `manifest`, read once per version.
+    async fn spans(&self, manifest: &Manifest) -> Result<Option<Arc<Spans>>, Error> {
+        let mut cache = self.spans.lock().await;
+        if let Some((v, spans)) = cache.as_ref() {
+            if *v == manifest.version {
+                return Ok(spans.clone());
+            }
+        }
+        let spans = self.store().query_spans(manifest).await?.map(Arc::new);
+        *cache = Some((manifest.version, spans.clone()));
+        Ok(spans)
+    }
+
+    /// The `tasks` rows whose `[ready or launch, finish]` overlaps `span`,
+    /// but not `except` (rows already read).
+    async fn tasks_overlapping(
+        &self,
+        manifest: &Manifest,
+        span: (i64, i64),
+        except: Option<(i64, i64)>,
+    ) -> Result<Vec<RecordBatch>, Error> {
+        let files = manifest.files_of(Table::Tasks).cloned().collect();
+        let mut rows = self.store().scan_overlapping(files, None, span.0, span.1);
+        let mut out = Vec::new();
+        while let Some(b) = rows.try_next().await? {
+            if let Some(b) = keep(
+                &b,
+                "launch_time",
+                Some("ready_time"),
+                "finish_time",
+                span,
+                except,
+            )? {
+                out.push(b);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The rows of `b` whose span (the earlier of `start` and `start2`, to
+/// `end`) overlaps `span` and not `except`; `None` if no row does.
+fn keep(
+    b: &RecordBatch,
+    start: &str,
+    start2: Option<&str>,
+    end: &str,
+    span: (i64, i64),
+    except: Option<(i64, i64)>,
+) -> Result<Option<RecordBatch>, Error> {
+    let time = |c: &str| {
+        b.column_by_name(c)
+            .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+    };
+    let (Some(s), Some(e)) = (time(start), time(end)) else {
+        // Not a time table's rows: keep them all (the method skips what it
+        // cannot use, as on a full read).
+        return Ok(Some(b.clone()));
+    };
+    let s2 = start2.and_then(time);
+    let overlaps = |(from, to): (i64, i64), i: usize| -> bool {
+        if s.is_null(i) || e.is_null(i) {
+            return false;
+        }
+        let mut first = s.value(i);
+        if let Some(r) = s2.filter(|r| r.is_valid(i)) {
+            first = first.min(r.value(i));
+        }
+        first <= to && from <= e.value(i)
+    };
+    let mask: BooleanArray = (0..b.num_rows())
+        .map(|i| Some(overlaps(span, i) && !except.is_some_and(|x| overlaps(x, i))))
+        .collect();
+    if mask.true_count() == 0 {
+        return Ok(None);
+    }
+    if mask.true_count() == b.num_rows() {
+        return Ok(Some(b.clone()));
+    }
+    arrow::compute::filter_record_batch(b, &mask)
+        .map(Some)
+        .map_err(|e| Error::Internal(format!("filtering rows by time: {e}")))
+}
+
+/// The hull of the slot waits `[ready, launch)` of the victims' tasks.
+fn waits(tasks: &[RecordBatch], victims: &[String]) -> (i64, i64) {
+    let mut hull = (i64::MAX, i64::MIN);
+    for b in tasks {
+        let time = |c: &str| {
+            b.column_by_name(c)
+                .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+        };
+        let (Some(q), Some(ready), Some(launch)) = (
+            b.column_by_name("query_id")
+                .and_then(|c| c.as_string_opt::<i32>()),
+            time("ready_time"),
+            time("launch_time"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if q.is_null(i) || ready.is_null(i) || launch.is_null(i) {
+                continue;
+            }
+            if ready.value(i) < launch.value(i) && victims.iter().any(|v| v == q.value(i)) {
+                hull = (hull.0.min(ready.value(i)), hull.1.max(launch.value(i)));
+            }
+        }
+    }
+    hull
+}
+
+/// The queries of the tasks running (launch to finish) during `(w0, w1)`.
+fn running(tasks: &[RecordBatch], w0: i64, w1: i64) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for b in tasks {
+        let time = |c: &str| {
+            b.column_by_name(c)
+                .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+        };
+        let (Some(q), Some(launch), Some(finish)) = (
+            b.column_by_name("query_id")
+                .and_then(|c| c.as_string_opt::<i32>()),
+            time("launch_time"),
+            time("finish_time"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if q.is_null(i) || launch.is_null(i) || finish.is_null(i) {
+                continue;
+            }
+            if launch.value(i) < w1
+                && w0 < finish.value(i)
+                && out.last().map(|s| s.as_str()) != Some(q.value(i))
+            {
+                out.push(q.value(i).to_string());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}

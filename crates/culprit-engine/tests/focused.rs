@@ -1,0 +1,280 @@
+//! A focused analysis (one victim, reading only what overlaps it through the
+//! query index and the files' time spans) gives the victim exactly what the
+//! analysis over the whole store gives it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use culprit_core::method::{BlameOptions, SlotBlame, TaskBlame, VictimStages};
+use culprit_core::Table;
+use culprit_engine::{Engine, Snapshot};
+use culprit_store::Store;
+
+fn filter(b: &RecordBatch, keep: impl Fn(usize) -> bool) -> RecordBatch {
+    let mask: BooleanArray = (0..b.num_rows()).map(|i| Some(keep(i))).collect();
+    arrow::compute::filter_record_batch(b, &mask).unwrap()
+}
+
+/// A store of `w` written in three batches, each query's tasks spread over
+/// all three (so a query's span is the union of three index rows).
+async fn store_of(w: &culprit_sim::Workload) -> Store {
+    let store = Store::open("memory://").unwrap();
+    let ids = w
+        .tasks
+        .column_by_name("task_id")
+        .unwrap()
+        .as_string::<i32>()
+        .clone();
+    let part: HashMap<String, usize> = (0..ids.len())
+        .map(|i| (ids.value(i).to_string(), i % 3))
+        .collect();
+    for p in 0..3 {
+        let mut batch = store.begin();
+        if p == 0 {
+            batch
+                .write(Table::Queries, &[w.queries.clone()])
+                .await
+                .unwrap();
+            batch
+                .write(Table::Stages, &[w.stages.clone()])
+                .await
+                .unwrap();
+        }
+        let tasks = filter(&w.tasks, |i| i % 3 == p);
+        batch.write(Table::Tasks, &[tasks]).await.unwrap();
+        let wids = w
+            .task_windows
+            .column_by_name("task_id")
+            .unwrap()
+            .as_string::<i32>()
+            .clone();
+        let windows = filter(&w.task_windows, |i| part[wids.value(i)] == p);
+        batch.write(Table::TaskWindows, &[windows]).await.unwrap();
+        if p == 1 {
+            batch
+                .write(Table::HostWindows, &[w.host_windows.clone()])
+                .await
+                .unwrap();
+        }
+        batch.commit().await.unwrap();
+    }
+    store
+}
+
+/// Every culprit row of the victim, by (kind, culprit), as numbers.
+fn culprits(s: &Snapshot, opts: &BlameOptions) -> BTreeMap<(String, String), [f64; 4]> {
+    let rows = s.culprits(opts).unwrap();
+    let ds = &s.ds;
+    rows.iter()
+        .map(|r| {
+            (
+                (
+                    r.kind.name().to_string(),
+                    r.culprit_query
+                        .map_or(String::new(), |q| ds.queries.name(q).to_string()),
+                ),
+                [
+                    r.seconds,
+                    r.dor.unwrap_or(-1.0),
+                    r.naive_overlap.unwrap_or(-1.0),
+                    r.deep_overlap.unwrap_or(-1.0),
+                ],
+            )
+        })
+        .collect()
+}
+
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-6)
+}
+
+async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> usize {
+    let store = store_of(w).await;
+    let n = compare(&store, victims).await;
+    // Compacted (the batches' files merged, the index kept): the same.
+    let merged = store
+        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
+        .await
+        .unwrap();
+    assert!(merged.written > 0, "{merged:?}");
+    assert_eq!(compare(&store, victims).await, n);
+
+    // Expired (the earliest queries dropped, from the index too): the same
+    // for the queries that stay.
+    let ends = w
+        .queries
+        .column_by_name("end_time")
+        .unwrap()
+        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+    let mut ends: Vec<i64> = ends.iter().flatten().collect();
+    ends.sort();
+    let expired = store.expire(ends[2] + 1, |_, _| {}).await.unwrap();
+    // (Simulated queries all overlap: the cut moves back before them all.)
+    assert_eq!(expired.queries > 0, expiry, "{expired:?}");
+    let kept = compare(&store, victims).await;
+    assert!(kept > 0);
+
+    // Without a complete index (a store written before it): no focused
+    // snapshot, the caller reads the whole store.
+    let manifest = store.manifest().await.unwrap();
+    let mut batch = store.begin();
+    batch.expire_files(
+        culprit_store::layout::QUERY_SPANS,
+        manifest
+            .files_named(culprit_store::layout::QUERY_SPANS)
+            .map(|f| f.path.clone())
+            .collect(),
+    );
+    batch.commit().await.unwrap();
+    let engine = Engine::new(store.clone());
+    assert!(engine.focused(victims).await.unwrap().is_none());
+    n
+}
+
+async fn compare(store: &Store, victims: &[String]) -> usize {
+    // The full analyses: whole in memory, and streamed bucket by bucket.
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let streamed = Engine::with_window_cache(store.clone(), 0)
+        .snapshot(false)
+        .await
+        .unwrap();
+    let engine = Engine::new(store.clone());
+    let variants: Vec<BlameOptions> = vec![
+        BlameOptions::default(),
+        BlameOptions {
+            slots: SlotBlame::Direct,
+            ..Default::default()
+        },
+        BlameOptions {
+            stages: VictimStages::All,
+            ..Default::default()
+        },
+        BlameOptions {
+            tasks: TaskBlame::Last,
+            ..Default::default()
+        },
+        BlameOptions {
+            attribution: culprit_core::method::Attribution::Paper,
+            ..Default::default()
+        },
+    ];
+    let mut compared = 0;
+    for v in victims {
+        if full.query(v).is_err() {
+            continue; // expired
+        }
+        let focused = engine
+            .focused(std::slice::from_ref(v))
+            .await
+            .unwrap()
+            .expect("the store has a complete query index");
+        assert!(
+            focused.ds.tasks.len() <= full.ds.tasks.len(),
+            "a focused read never holds more than the store"
+        );
+        for opts in &variants {
+            let opts = BlameOptions {
+                victims: Some(vec![v.clone()]),
+                ..opts.clone()
+            };
+            let want = culprits(&full, &opts);
+            let got = culprits(&focused, &opts);
+            assert_eq!(
+                want.keys().collect::<Vec<_>>(),
+                got.keys().collect::<Vec<_>>(),
+                "victim {v}, {opts:?}"
+            );
+            for (k, a) in &want {
+                let b = &got[k];
+                assert!(
+                    a.iter().zip(b).all(|(x, y)| same(*x, *y)),
+                    "victim {v}, {opts:?}, {k:?}: whole store {a:?}, focused {b:?}"
+                );
+            }
+            let s = culprits(&streamed, &opts);
+            assert_eq!(s.len(), want.len());
+            compared += want.len();
+        }
+    }
+    compared
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_focused_analysis_equals_the_whole_stores_on_plausible_data() {
+    let w = culprit_sim::fast(&culprit_sim::FastConfig {
+        seed: 7,
+        tasks: 24_000,
+        hosts: 12,
+        slots: 4,
+        tasks_per_query: 400,
+        ..Default::default()
+    });
+    let queries = w
+        .queries
+        .column_by_name("query_id")
+        .unwrap()
+        .as_string::<i32>();
+    // Early, middle and late queries.
+    let victims: Vec<String> = [0usize, 1, 17, 30, 58, 59]
+        .iter()
+        .map(|&i| queries.value(i).to_string())
+        .collect();
+    let compared = check(&w, &victims, true).await;
+    assert!(compared > 50, "only {compared} culprit rows compared");
+
+    // The focused read reads a small part of the store.
+    let store = store_of(&w).await;
+    let engine = Engine::new(store.clone());
+    let whole = engine.snapshot(true).await.unwrap();
+    let one = engine.focused(&victims[2..3]).await.unwrap().unwrap();
+    assert!(
+        one.ds.tasks.len() * 3 < whole.ds.tasks.len(),
+        "focused {} tasks of {}",
+        one.ds.tasks.len(),
+        whole.ds.tasks.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_focused_analysis_equals_the_whole_stores_on_simulated_contention() {
+    let w = culprit_sim::simulate(&culprit_sim::SimConfig {
+        seed: 3,
+        queries: 10,
+        hosts: 4,
+        ..Default::default()
+    });
+    let queries = w
+        .queries
+        .column_by_name("query_id")
+        .unwrap()
+        .as_string::<i32>();
+    let victims: Vec<String> = (0..queries.len())
+        .map(|i| queries.value(i).to_string())
+        .collect();
+    assert!(check(&w, &victims, false).await > 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_victim_is_refused_without_reading_tasks() {
+    let w = culprit_sim::simulate(&culprit_sim::SimConfig {
+        seed: 3,
+        queries: 4,
+        hosts: 2,
+        ..Default::default()
+    });
+    let store = store_of(&w).await;
+    let engine = Engine::new(store);
+    let s = engine
+        .focused(&["no such query".to_string()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.ds.tasks.len(), 0, "no task was read");
+    let err = s
+        .culprits(&BlameOptions {
+            victims: Some(vec!["no such query".into()]),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("no such query"), "{err}");
+}
