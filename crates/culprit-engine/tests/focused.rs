@@ -32,11 +32,11 @@ async fn store_of(w: &culprit_sim::Workload) -> Store {
         let mut batch = store.begin();
         if p == 0 {
             batch
-                .write(Table::Queries, &[w.queries.clone()])
+                .write(Table::Queries, std::slice::from_ref(&w.queries))
                 .await
                 .unwrap();
             batch
-                .write(Table::Stages, &[w.stages.clone()])
+                .write(Table::Stages, std::slice::from_ref(&w.stages))
                 .await
                 .unwrap();
         }
@@ -52,7 +52,7 @@ async fn store_of(w: &culprit_sim::Workload) -> Store {
         batch.write(Table::TaskWindows, &[windows]).await.unwrap();
         if p == 1 {
             batch
-                .write(Table::HostWindows, &[w.host_windows.clone()])
+                .write(Table::HostWindows, std::slice::from_ref(&w.host_windows))
                 .await
                 .unwrap();
         }
