@@ -2,6 +2,7 @@
 //! port, real clients (tokio-postgres, psql).
 
 mod accuracy;
+mod budget;
 mod bi_tools;
 mod cli_flags;
 mod clients;

@@ -10,6 +10,7 @@ use culprit_store::{Manifest, Store};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 
+use crate::budget::{self, Budget, Reservation};
 use crate::buckets::StoreBuckets;
 use crate::error::Error;
 
@@ -23,6 +24,9 @@ pub struct Engine {
     store: Store,
     window_cache_rows: u64,
     cache: Mutex<Option<(u64, Snapshot)>>,
+    /// The server's memory budget (`budget.rs`), and the cache's share of it.
+    budget: Budget,
+    cache_held: std::sync::Mutex<Option<Reservation>>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -49,7 +53,22 @@ impl Engine {
             store,
             window_cache_rows: rows,
             cache: Mutex::new(None),
+            budget: Budget::default(),
+            cache_held: std::sync::Mutex::new(None),
         }
+    }
+
+    /// An engine counting its cache and its analyses in `budget`.
+    pub fn with_budget(store: Store, budget: Budget) -> Self {
+        Engine {
+            budget,
+            ..Self::new(store)
+        }
+    }
+
+    /// The memory budget the engine's cache and analyses count in.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// The dataset of the newest manifest (cached per version). With
@@ -77,6 +96,7 @@ impl Engine {
                     source: Arc::new((self.store.clone(), manifest.clone())),
                 };
                 *cache = Some((manifest.version, snapshot.clone()));
+                self.hold_cache(&manifest, whole);
                 snapshot
             }
         };
@@ -89,6 +109,16 @@ impl Engine {
             });
         }
         Ok(snapshot)
+    }
+
+    /// Counts the cache of `manifest` in the budget, in place of the last.
+    fn hold_cache(&self, manifest: &Manifest, windows: bool) {
+        let held = self
+            .budget
+            .reserve(budget::cache_estimate(manifest, windows));
+        if let Ok(mut h) = self.cache_held.lock() {
+            *h = Some(held);
+        }
     }
 
     /// Reads the tables of `manifest`; the window rows only if `windows`.

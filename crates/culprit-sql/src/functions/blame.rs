@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef
 use datafusion::common::Result;
 
 use super::args::Args;
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct Blame {
@@ -35,6 +35,10 @@ impl TableFunction for Blame {
         Ok(Blame {
             opts: args.victim_call(Self::SIGNATURE)?,
         })
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::victims(self.opts.victims.is_none())
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

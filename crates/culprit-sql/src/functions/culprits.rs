@@ -12,7 +12,7 @@ use datafusion::common::Result;
 
 use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct Culprits {
@@ -31,6 +31,10 @@ impl TableFunction for Culprits {
         Ok(Culprits {
             opts: args.victim_call(Self::SIGNATURE)?,
         })
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::victims(self.opts.victims.is_none())
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
