@@ -27,10 +27,14 @@ const HEAVY_CLIENTS: usize = 64;
 const LIGHT_CLIENTS: usize = 4;
 
 /// The heavy question: the blame of every stage of every query.
-const HEAVY: &str = "SELECT count(*), round(sum(blame_seconds), 3) FROM blame(NULL, 'victim_stages=all')";
+const HEAVY: &str =
+    "SELECT count(*), round(sum(blame_seconds), 3) FROM blame(NULL, 'victim_stages=all')";
 
 /// The one row of a statement's answer, as text.
-async fn one_row(c: &tokio_postgres::Client, sql: &str) -> Result<Vec<String>, tokio_postgres::Error> {
+async fn one_row(
+    c: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
     let msgs = c.simple_query(sql).await?;
     let rows: Vec<Vec<String>> = msgs
         .iter()
@@ -92,10 +96,12 @@ async fn heavy_analyses_wait_or_fail_cleanly_and_light_ones_answer() {
         (total - expected).abs() <= 1e-6 * expected.max(1.0),
         "blame sums to {total} s, the tasks' blocked seconds and slot waits to {expected} s"
     );
-    let victim = one_row(&c, "SELECT min(query_id) FROM queries").await.unwrap()[0].clone();
-    let light_sql = format!(
-        "SELECT count(*), round(sum(blame_seconds), 3) FROM culprits('{victim}')"
-    );
+    let victim = one_row(&c, "SELECT min(query_id) FROM queries")
+        .await
+        .unwrap()[0]
+        .clone();
+    let light_sql =
+        format!("SELECT count(*), round(sum(blame_seconds), 3) FROM culprits('{victim}')");
     let light = one_row(&c, &light_sql).await.unwrap();
     let queries = one_row(&c, "SELECT count(*) FROM queries").await.unwrap();
 
@@ -152,9 +158,16 @@ async fn heavy_analyses_wait_or_fail_cleanly_and_light_ones_answer() {
     let mut light_answers = 0;
     for l in lights {
         for (a, q, took) in l.await.unwrap() {
-            assert_eq!(a.unwrap(), light, "a light query failed or answered differently");
+            assert_eq!(
+                a.unwrap(),
+                light,
+                "a light query failed or answered differently"
+            );
             assert_eq!(q.unwrap(), queries);
-            assert!(took < Duration::from_secs(60), "a light query took {took:?}");
+            assert!(
+                took < Duration::from_secs(60),
+                "a light query took {took:?}"
+            );
             light_answers += 1;
         }
     }

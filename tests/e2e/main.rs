@@ -2,8 +2,8 @@
 //! port, real clients (tokio-postgres, psql).
 
 mod accuracy;
-mod budget;
 mod bi_tools;
+mod budget;
 mod cli_flags;
 mod clients;
 mod common;

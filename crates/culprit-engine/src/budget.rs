@@ -235,7 +235,12 @@ impl Budget {
     /// memory. A `heavy` one first takes a slot (or a place in the queue)
     /// and may hold at most the budget less the light share; a light one
     /// may hold all of it. Both wait for their memory up to [`MEMORY_WAIT`].
-    pub async fn admit(&self, what: &str, estimate: usize, heavy: bool) -> Result<Admission, Error> {
+    pub async fn admit(
+        &self,
+        what: &str,
+        estimate: usize,
+        heavy: bool,
+    ) -> Result<Admission, Error> {
         let inner = &self.inner;
         let permit = if !heavy {
             None
@@ -405,7 +410,8 @@ pub(crate) fn cache_estimate(manifest: &culprit_store::Manifest, windows: bool) 
         .saturating_mul(CACHE_BYTES_PER_TASK)
         .saturating_add(rows(Table::HostWindows).saturating_mul(CACHE_BYTES_PER_HOST_ROW));
     if windows {
-        bytes = bytes.saturating_add(rows(Table::TaskWindows).saturating_mul(CACHE_BYTES_PER_WINDOW_ROW));
+        bytes = bytes
+            .saturating_add(rows(Table::TaskWindows).saturating_mul(CACHE_BYTES_PER_WINDOW_ROW));
     }
     bytes
 }
@@ -420,12 +426,15 @@ pub fn machine_memory() -> Option<usize> {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
             .map(|kb| kb.saturating_mul(1024))
     });
-    let cgroup = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .and_then(|s| s.trim().parse::<usize>().ok())
-        // v1 says "no limit" with a huge number.
-        .filter(|&b| b < (1usize << 60));
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .and_then(|s| s.trim().parse::<usize>().ok())
+    // v1 says "no limit" with a huge number.
+    .filter(|&b| b < (1usize << 60));
     match (meminfo, cgroup) {
         (Some(m), Some(c)) => Some(m.min(c)),
         (m, c) => m.or(c),
@@ -451,18 +460,27 @@ mod tests {
         });
         let r = b.try_reserve("a", 600).unwrap();
         assert_eq!(b.used(), 600);
-        assert!(matches!(b.try_reserve("b", 500), Err(Error::OutOfMemory(_))));
+        assert!(matches!(
+            b.try_reserve("b", 500),
+            Err(Error::OutOfMemory(_))
+        ));
         drop(r);
         assert_eq!(b.used(), 0);
         // Heavy analyses leave the light share: 750 of 1000.
-        assert!(matches!(b.admit("h", 800, true).await, Err(Error::OutOfMemory(_))));
+        assert!(matches!(
+            b.admit("h", 800, true).await,
+            Err(Error::OutOfMemory(_))
+        ));
         let a = b.admit("h", 700, true).await.unwrap();
         assert_eq!(b.used(), 700);
         // One slot: the next waits in the queue (of 1), the one after fails.
         let b2 = b.clone();
         let waiting = tokio::spawn(async move { b2.admit("h2", 10, true).await.map(|_| ()) });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(matches!(b.admit("h3", 10, true).await, Err(Error::OutOfMemory(_))));
+        assert!(matches!(
+            b.admit("h3", 10, true).await,
+            Err(Error::OutOfMemory(_))
+        ));
         // A light query takes no slot: it has the rest of the budget.
         let light = b.admit("l", 250, false).await.unwrap();
         drop(light);

@@ -10,8 +10,8 @@ use culprit_store::{Manifest, Store};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 
-use crate::budget::{self, Budget, Reservation};
 use crate::buckets::StoreBuckets;
+use crate::budget::{self, Budget, Reservation};
 use crate::error::Error;
 
 /// Window rows kept in memory with the dataset, at most (about 48 bytes
