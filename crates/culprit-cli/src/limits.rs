@@ -146,6 +146,12 @@ pub fn user_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// A point in time: RFC 3339 (`2026-01-01T00:00:00Z`, a space for the `T`).
+pub fn instant(s: &str) -> Result<i64, String> {
+    culprit_core::time::parse_time(s.trim())
+        .ok_or_else(|| "expected a time such as 2026-01-01T00:00:00Z (RFC 3339)".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,10 +176,4 @@ mod tests {
         assert!(user_name("a\nb").is_err());
         assert_eq!(user_name("alice"), Ok("alice".into()));
     }
-}
-
-/// A point in time: RFC 3339 (`2026-01-01T00:00:00Z`, a space for the `T`).
-pub fn instant(s: &str) -> Result<i64, String> {
-    culprit_core::time::parse_time(s.trim())
-        .ok_or_else(|| "expected a time such as 2026-01-01T00:00:00Z (RFC 3339)".to_string())
 }

@@ -169,7 +169,7 @@ impl Store {
         // end first, the cut moving down to each kept query's start.
         let mut by_end: Vec<(&String, i64, i64)> =
             span.iter().map(|(q, (e, s))| (q, *e, *s)).collect();
-        by_end.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        by_end.sort_unstable_by_key(|b| std::cmp::Reverse(b.1));
         let mut host_cutoff = before;
         let mut kept = 0;
         for (_, end, start) in &by_end {
