@@ -222,3 +222,83 @@ pub async fn run_pgjdbc(dir: &Path, class: &str, addr: SocketAddr) -> Output {
     .await
     .expect("java thread")
 }
+
+/// A `culprit serve` process (the real binary) and its stderr so far;
+/// killed when dropped.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServeProcess {
+    /// `VmHWM` of the server (its peak resident memory), bytes.
+    pub fn peak_rss(&self) -> u64 {
+        proc_status_kb(self.child.id(), "VmHWM:") * 1024
+    }
+
+    /// Whether it still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().map(|s| s.is_none()).unwrap_or(false)
+    }
+}
+
+/// A field of /proc/PID/status in kB.
+pub fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts `culprit serve --store STORE --listen 127.0.0.1:0 ARGS...` and
+/// waits until it says where it listens.
+pub fn serve_process(store: &str, args: &[&str]) -> ServeProcess {
+    use std::io::{BufRead, BufReader};
+    let mut child = culprit()
+        .args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("CULPRIT_STORE")
+        .env_remove("CULPRIT_LISTEN")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("culprit serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let addr = loop {
+        let line = match lines.next() {
+            Some(Ok(l)) => l,
+            _ => panic!("culprit serve ended before listening:\n{seen}"),
+        };
+        if let Some(rest) = line.split("postgres://").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    };
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(seen));
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    ServeProcess {
+        child,
+        addr,
+        stderr,
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use culprit_store::Store;
 
-use crate::common::{connect, culprit, run_ok, start_server};
+use crate::common::{connect, culprit, run_ok, serve_process, start_server};
 
 /// What the store answers: every row of the telemetry tables (sorted by
 /// key or identity), the blame of every victim, and the victim's culprits.
@@ -384,4 +384,180 @@ async fn expire_drops_old_queries_and_keeps_the_rest_whole() {
         kept.iter().map(|q| analysis(&store, q)).collect::<Vec<_>>(),
         answers_kept
     );
+}
+
+/// Telemetry files listed, and whether a compaction committed.
+async fn layout(store: &str) -> (usize, bool) {
+    let m = Store::open(store).unwrap().manifest().await.unwrap();
+    let files = m
+        .files
+        .iter()
+        .filter(|f| culprit_core::Table::ALL.iter().any(|t| t.name() == f.table))
+        .count();
+    let compacted = m
+        .batches
+        .iter()
+        .any(|b| b.kind.as_deref() == Some("compact"));
+    (files, compacted)
+}
+
+/// Whether the background compaction ran on `store` and left fewer files
+/// than `reference` (the same pieces, never compacted) lists.
+async fn compacted(store: &str, reference: &str) -> bool {
+    let (files, compacted) = layout(store).await;
+    compacted && files < layout(reference).await.0
+}
+
+/// Rows of `task_windows` the server answers.
+async fn served_windows(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM task_windows", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `culprit serve --compact-files 3`: small ingests while it runs, and the
+/// file count drops with no `culprit compact`; the server answers
+/// throughout, and afterwards the store answers exactly as one ingested in
+/// the same pieces and never compacted (every row of every table, and the
+/// analyses).
+#[tokio::test]
+async fn serve_compacts_in_the_background() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (reference, windows) = store_in_pieces(&tmp.path().join("ref"));
+    let expected = answers(&reference);
+    let rows = Store::open(&reference)
+        .unwrap()
+        .manifest()
+        .await
+        .unwrap()
+        .rows_of(culprit_core::Table::TaskWindows) as i64;
+
+    let store = tmp.path().join("live").display().to_string();
+    let data = tmp.path().join("ref/in").display().to_string();
+    run_ok(&["ingest", "--store", &store, &data]);
+    let mut server = serve_process(&store, &["--compact-files", "3", "--compact-every", "0.3"]);
+    let client = connect(server.addr).await;
+    // The pieces, one ingest each; the server answers after each.
+    let mut last = served_windows(&client).await;
+    for w in &windows {
+        run_ok(&["ingest", "--store", &store, w]);
+        let n = served_windows(&client).await;
+        assert!(
+            n >= last && n <= rows,
+            "{n} window rows after {last}, of {rows}"
+        );
+        last = n;
+    }
+    let started = std::time::Instant::now();
+    while !compacted(&store, &reference).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no background compaction in 60 s:\n{}",
+            server.stderr.lock().unwrap()
+        );
+        // Answering throughout: every row, once.
+        assert_eq!(served_windows(&client).await, rows);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(server.alive());
+    assert_eq!(served_windows(&client).await, rows);
+    assert!(server
+        .stderr
+        .lock()
+        .unwrap()
+        .contains("background compaction"));
+    assert_eq!(answers(&store), expected);
+}
+
+/// `culprit ingest --watch --compact-files 3`: pieces dropped into the
+/// watched folder one at a time make small files, which the watch compacts
+/// by itself; the store then answers exactly as the never-compacted one.
+#[tokio::test]
+async fn ingest_watch_compacts_in_the_background() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (reference, windows) = store_in_pieces(&tmp.path().join("ref"));
+    let expected = answers(&reference);
+    let store = tmp.path().join("live").display().to_string();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let copy_dir = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    };
+    copy_dir(&tmp.path().join("ref/in"), &inbox.join("base"));
+    let mut watch = culprit()
+        .args([
+            "ingest",
+            "--watch",
+            "--interval",
+            "0.2",
+            "--compact-files",
+            "3",
+        ])
+        .args(["--compact-every", "0.3", "--store", &store])
+        .arg(&inbox)
+        .env_remove("CULPRIT_STORE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let version = |store: String| async move {
+        Store::open(&store)
+            .unwrap()
+            .manifest()
+            .await
+            .map(|m| m.version)
+            .unwrap_or(0)
+    };
+    let wait_for_version = |after: u64| {
+        let store = store.clone();
+        async move {
+            let started = std::time::Instant::now();
+            loop {
+                let v = version(store.clone()).await;
+                if v > after {
+                    return v;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "no ingest in 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let mut v = wait_for_version(0).await;
+    for (i, w) in windows.iter().enumerate() {
+        copy_dir(Path::new(w), &inbox.join(format!("piece-{i}")));
+        v = wait_for_version(v).await;
+    }
+    // Every piece in (a compaction also makes a version), then compacted.
+    let rows = |store: String| async move {
+        let m = Store::open(&store).unwrap().manifest().await.unwrap();
+        use culprit_core::Table::{HostWindows, TaskWindows};
+        (m.rows_of(TaskWindows), m.rows_of(HostWindows))
+    };
+    let want = rows(reference.clone()).await;
+    let started = std::time::Instant::now();
+    while rows(store.clone()).await != want || !compacted(&store, &reference).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not every piece ingested and compacted in 60 s: rows {:?} of {want:?}, \
+             (files, compacted) {:?}, reference files {:?}",
+            rows(store.clone()).await,
+            layout(&store).await,
+            layout(&reference).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Let the looks after the compaction run: they add nothing.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert_eq!(answers(&store), expected);
 }

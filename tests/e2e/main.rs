@@ -3,6 +3,7 @@
 
 mod accuracy;
 mod bi_tools;
+mod budget;
 mod cli_flags;
 mod clients;
 mod common;

@@ -84,6 +84,32 @@ pub fn statement_timeout(s: &str) -> Result<f64, String> {
     seconds(s, 0.001, MAX_STATEMENT_TIMEOUT, true)
 }
 
+/// `serve --memory-budget-mb`: 0 (unlimited) to 1 TiB.
+pub fn memory_budget_mb(s: &str) -> Result<usize, String> {
+    count(s, 0, MAX_QUERY_MEMORY_MB)
+}
+
+/// Most heavy analyses at once (`serve --heavy-analyses`).
+pub const MAX_HEAVY_ANALYSES: usize = 1_024;
+
+pub fn heavy_analyses(s: &str) -> Result<usize, String> {
+    count(s, 1, MAX_HEAVY_ANALYSES)
+}
+
+/// `serve --heavy-queue`: 0 (none wait) to the most connections.
+pub fn heavy_queue(s: &str) -> Result<usize, String> {
+    count(s, 0, MAX_CONNECTIONS)
+}
+
+/// `--compact-files`: 0 (off), else at least 2 files.
+pub fn compact_files(s: &str) -> Result<usize, String> {
+    let n = count(s, 0, 1_000_000)?;
+    if n == 1 {
+        return Err("0 (off) or at least 2 files".into());
+    }
+    Ok(n)
+}
+
 /// `ingest --max-decoded-mb`: 1 MiB to 1 TiB.
 pub const MAX_DECODED_MB: usize = 1 << 20;
 

@@ -67,6 +67,48 @@ struct ServerArgs {
     /// (0: forever; at most 36500).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=36500))]
     report_retention_days: u32,
+    /// Memory budget of the whole server, in MiB: the dataset cache, the analyses'
+    /// working memory and every query's memory count in it; past it queries fail
+    /// with 53200 (0: unlimited). Default: half the machine's memory (or cgroup limit).
+    #[arg(long, value_parser = limits::memory_budget_mb)]
+    memory_budget_mb: Option<usize>,
+    /// Heavy analyses (over every victim) running at once; more wait in a queue.
+    /// Default: the number of cores.
+    #[arg(long, value_parser = limits::heavy_analyses)]
+    heavy_analyses: Option<usize>,
+    /// Heavy analyses waiting at most; one more fails at once with 53200.
+    #[arg(long, default_value_t = culprit_engine::budget::DEFAULT_HEAVY_QUEUE,
+          value_parser = limits::heavy_queue)]
+    heavy_queue: usize,
+    #[command(flatten)]
+    compaction: CompactionArgs,
+}
+
+/// Background compaction of `serve` and `ingest --watch`.
+#[derive(clap::Args, Clone)]
+struct CompactionArgs {
+    /// Compact in the background when a telemetry table (or a host bucket of
+    /// task_windows) has this many small files (0: never; as `culprit compact`).
+    #[arg(long, default_value_t = culprit_store::DEFAULT_AUTO_COMPACT_FILES,
+          value_parser = limits::compact_files)]
+    compact_files: usize,
+    /// Seconds between two checks for background compaction.
+    #[arg(long, default_value_t = culprit_store::DEFAULT_AUTO_COMPACT_EVERY.as_secs_f64(),
+          value_parser = limits::interval)]
+    compact_every: f64,
+}
+
+impl CompactionArgs {
+    fn options(&self) -> Option<culprit_store::AutoCompact> {
+        (self.compact_files > 0).then(|| culprit_store::AutoCompact {
+            every: std::time::Duration::from_secs_f64(
+                self.compact_every
+                    .clamp(limits::MIN_INTERVAL, limits::MAX_INTERVAL),
+            ),
+            min_files: self.compact_files,
+            compact: Default::default(),
+        })
+    }
 }
 
 impl ServerArgs {
@@ -97,6 +139,18 @@ impl ServerArgs {
                 }),
                 memory: None,
             },
+            budget: culprit_engine::BudgetOptions {
+                limit: match self.memory_budget_mb {
+                    None => Some(culprit_engine::budget::default_limit()),
+                    Some(0) => None,
+                    Some(mb) => Some(mb.saturating_mul(1 << 20)),
+                },
+                heavy_slots: self
+                    .heavy_analyses
+                    .unwrap_or_else(culprit_engine::budget::default_heavy_slots),
+                heavy_queue: self.heavy_queue,
+            },
+            auto_compact: self.compaction.options(),
         })
     }
 }
@@ -225,6 +279,9 @@ enum Command {
         /// Seconds between two looks at the inputs with --watch.
         #[arg(long, default_value_t = 5.0, value_parser = limits::interval)]
         interval: f64,
+        /// With --watch: background compaction.
+        #[command(flatten)]
+        compaction: CompactionArgs,
         /// The most one compressed file (or zip archive) may decode to, in MiB: past it
         /// the file is rejected and the rest ingested (a decompression bomb costs no more).
         #[arg(long, default_value_t = (culprit_ingest::DEFAULT_MAX_DECODED_BYTES >> 20) as usize,
@@ -377,6 +434,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             strict,
             watch,
             interval,
+            compaction,
             max_decoded_mb,
             host_metrics,
             paths,
@@ -434,7 +492,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 let interval = std::time::Duration::from_secs_f64(
                     interval.clamp(limits::MIN_INTERVAL, limits::MAX_INTERVAL),
                 );
-                return watch::run(&store, &paths, opts, interval).await;
+                return watch::run(&store, &paths, opts, interval, compaction.options()).await;
             }
             let report = ingest(&store, &paths, opts).await?;
             Ok(if report.rejected.is_empty() {

@@ -24,11 +24,24 @@ fn folder(name: &str) -> &str {
     name.rsplit_once('/').map_or("", |(d, _)| d)
 }
 
+/// Stops the background compaction when the watch ends (a compaction
+/// stopped halfway commits nothing).
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(h) = &self.0 {
+            h.abort();
+        }
+    }
+}
+
 pub async fn run(
     store: &Store,
     paths: &[String],
     opts: IngestOptions,
     interval: Duration,
+    compaction: Option<culprit_store::AutoCompact>,
 ) -> Result<ExitCode, BoxError> {
     // The first listing must work: a typo should not watch nothing forever.
     culprit_ingest::list_sources(paths).await?;
@@ -37,6 +50,11 @@ pub async fn run(
         paths.join(", "),
         interval.as_secs_f64()
     );
+    // Background compaction beside the looks (its commit and an ingest's
+    // are both atomic and retried against each other's manifest); it stops
+    // with the watch.
+    let compactor = compaction.map(|auto| tokio::spawn(auto.run(store.clone())));
+    let _stop = AbortOnDrop(compactor);
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     loop {

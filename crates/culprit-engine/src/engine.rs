@@ -11,6 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 
 use crate::buckets::StoreBuckets;
+use crate::budget::{self, Budget, Reservation};
 use crate::error::Error;
 
 /// Window rows kept in memory with the dataset, at most (about 48 bytes
@@ -25,6 +26,9 @@ pub struct Engine {
     cache: Mutex<Option<(u64, Snapshot)>>,
     /// The query index of a manifest version (`focus.rs`).
     pub(crate) spans: Mutex<Option<(u64, Option<Arc<crate::focus::Spans>>)>>,
+    /// The server's memory budget (`budget.rs`), and the cache's share of it.
+    budget: Budget,
+    cache_held: std::sync::Mutex<Option<Reservation>>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -52,11 +56,26 @@ impl Engine {
             window_cache_rows: rows,
             cache: Mutex::new(None),
             spans: Mutex::new(None),
+            budget: Budget::default(),
+            cache_held: std::sync::Mutex::new(None),
         }
     }
 
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// An engine counting its cache and its analyses in `budget`.
+    pub fn with_budget(store: Store, budget: Budget) -> Self {
+        Engine {
+            budget,
+            ..Self::new(store)
+        }
+    }
+
+    /// The memory budget the engine's cache and analyses count in.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// The dataset of the newest manifest (cached per version). With
@@ -84,6 +103,7 @@ impl Engine {
                     source: Arc::new((self.store.clone(), manifest.clone())),
                 };
                 *cache = Some((manifest.version, snapshot.clone()));
+                self.hold_cache(&manifest, whole);
                 snapshot
             }
         };
@@ -96,6 +116,16 @@ impl Engine {
             });
         }
         Ok(snapshot)
+    }
+
+    /// Counts the cache of `manifest` in the budget, in place of the last.
+    fn hold_cache(&self, manifest: &Manifest, windows: bool) {
+        let held = self
+            .budget
+            .reserve(budget::cache_estimate(manifest, windows));
+        if let Ok(mut h) = self.cache_held.lock() {
+            *h = Some(held);
+        }
     }
 
     /// Reads the tables of `manifest`; the window rows only if `windows`.

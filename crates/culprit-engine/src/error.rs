@@ -24,6 +24,10 @@ pub enum Error {
     /// Reading the store failed, or it holds a file culprit did not write.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The server's memory budget cannot hold the analysis, or too many
+    /// heavy analyses wait already (`budget.rs`; SQLSTATE 53200).
+    #[error("culprit: {0}")]
+    OutOfMemory(String),
     /// A failure that can only be a bug (a lost worker, a broken invariant).
     #[error("culprit: internal error: {0}")]
     Internal(String),

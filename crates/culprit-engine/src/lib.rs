@@ -18,12 +18,14 @@
 
 mod analyses;
 mod buckets;
+pub mod budget;
 mod engine;
 mod error;
 mod focus;
 mod papers;
 
 pub use analyses::Blamed;
+pub use budget::{Admission, Budget, BudgetOptions, Reservation};
 pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};
 pub use error::Error;
 

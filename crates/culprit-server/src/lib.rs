@@ -74,7 +74,9 @@ pub struct TlsFiles {
 }
 
 /// How a server runs. `Default`: no authentication (loopback only), no
-/// TLS, 100 connections, no statement timeout, no memory limit.
+/// TLS, 100 connections, no statement timeout, no per-query memory limit, a
+/// memory budget of half the machine's memory (`budget.rs` of the engine),
+/// no background compaction.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
     /// Password authentication (SCRAM-SHA-256) against these users.
@@ -90,6 +92,11 @@ pub struct ServerOptions {
     pub query_memory: Option<usize>,
     /// Scheduled reports (`cron.schedule`): timeout and retention.
     pub reports: reports::ReportOptions,
+    /// The server's one memory budget and the admission of heavy analyses
+    /// (`culprit_engine::budget`).
+    pub budget: culprit_engine::BudgetOptions,
+    /// Background compaction (`culprit_store::AutoCompact`); `None`: off.
+    pub auto_compact: Option<culprit_store::AutoCompact>,
 }
 
 impl Default for ServerOptions {
@@ -102,6 +109,11 @@ impl Default for ServerOptions {
             statement_timeout: None,
             query_memory: None,
             reports: reports::ReportOptions::default(),
+            budget: culprit_engine::BudgetOptions {
+                limit: Some(culprit_engine::budget::default_limit()),
+                ..Default::default()
+            },
+            auto_compact: None,
         }
     }
 }
@@ -143,6 +155,7 @@ pub struct Server {
     slots: Arc<Semaphore>,
     query_memory: Option<usize>,
     reports: reports::ReportOptions,
+    auto_compact: Option<culprit_store::AutoCompact>,
 }
 
 impl Server {
@@ -178,7 +191,16 @@ impl Server {
         }
         // One session up front: a broken store or catalog fails here, not
         // at the first client.
-        let engine = Arc::new(culprit_sql::Engine::new(store.clone()));
+        let budget = culprit_engine::Budget::new(opts.budget.clone());
+        if let Some(limit) = budget.limit() {
+            log::info!(
+                "memory budget {} MiB, {} heavy analyses at once, {} waiting at most",
+                limit >> 20,
+                opts.budget.heavy_slots.max(1),
+                opts.budget.heavy_queue
+            );
+        }
+        let engine = Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
         let sessions = sessions::Sessions::default();
         let users = opts.users.map(Arc::new);
         session(
@@ -210,6 +232,7 @@ impl Server {
                 memory: opts.query_memory,
                 ..opts.reports
             },
+            auto_compact: opts.auto_compact,
         })
     }
 
@@ -233,10 +256,24 @@ impl Server {
             self.reports.clone(),
         );
         tokio::pin!(scheduler);
+        // Background compaction, while the server runs (answers go on: a
+        // query reads the files its manifest lists, kept for the grace
+        // period after they are merged).
+        let compaction = {
+            let (store, auto) = (self.store.clone(), self.auto_compact.clone());
+            async move {
+                match auto {
+                    Some(auto) => auto.run(store).await,
+                    None => std::future::pending().await,
+                }
+            }
+        };
+        tokio::pin!(compaction);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = &mut scheduler => {}
+                _ = &mut compaction => {}
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);

@@ -135,6 +135,8 @@ fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'stati
             }
             | CulpritError::Internal(_) => INTERNAL_ERROR,
             CulpritError::Method { .. } | CulpritError::Argument { .. } => INVALID_PARAMETER_VALUE,
+            // The server's memory budget, or its queue of heavy analyses.
+            CulpritError::OutOfMemory(_) => OUT_OF_MEMORY,
             CulpritError::Store(s) => store_code(s),
         };
     }
@@ -231,6 +233,8 @@ mod tests {
             source: MethodError::Internal("a sweep thread panicked: bad argument".into()),
         }));
         assert_eq!(classify(&e).0, INTERNAL_ERROR);
+        let e = DataFusionError::External(Box::new(CulpritError::OutOfMemory("full".into())));
+        assert_eq!(classify(&e).0, OUT_OF_MEMORY);
         let e = DataFusionError::External(Box::new(CulpritError::Internal("join".into())));
         assert_eq!(classify(&e).0, INTERNAL_ERROR);
         // Text that looks like culprit's is no longer a bad argument.

@@ -40,9 +40,11 @@ pub async fn session_with_config(store: Store, config: SessionConfig) -> Result<
     session_with(store, engine, config, None).await
 }
 
-/// A session sharing `engine` (its dataset cache) with other sessions, with
-/// its own memory pool of `memory_limit` bytes when given: a query that
-/// needs more fails with "Resources exhausted" (SQLSTATE 53200 on the wire).
+/// A session sharing `engine` (its dataset cache and its memory budget)
+/// with other sessions. Its DataFusion memory pool is drawn from the
+/// engine's budget (`budget_pool.rs`) when that is limited or when
+/// `memory_limit` bytes are given for the session: a query that needs more
+/// fails with "Resources exhausted" (SQLSTATE 53200 on the wire).
 pub async fn session_with(
     store: Store,
     engine: Arc<culprit_engine::Engine>,
@@ -53,14 +55,19 @@ pub async fn session_with(
     // can reach (`sandbox.rs`).
     let mut runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(crate::sandbox::StoreOnlyRegistry::new(&store)));
-    if let Some(limit) = memory_limit {
+    let budget = engine.budget();
+    if memory_limit.is_some() || budget.limit().is_some() {
+        runtime = runtime.with_memory_pool(Arc::new(crate::budget_pool::BudgetPool::new(
+            budget.clone(),
+            memory_limit,
+        )));
+    }
+    if memory_limit.is_some() {
         // A hard limit: no spilling to disk to get around it.
         use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-        runtime = runtime
-            .with_memory_limit(limit, 1.0)
-            .with_disk_manager_builder(
-                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-            );
+        runtime = runtime.with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        );
     }
     let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
     // No `CREATE EXTERNAL TABLE`: without factories DataFusion knows no

@@ -5,6 +5,7 @@
 //! Tables read the store's newest manifest on every scan, so a session sees
 //! data committed while it is open (no restart needed).
 
+mod budget_pool;
 mod context;
 pub mod error;
 pub mod functions;
@@ -12,6 +13,7 @@ pub mod sandbox;
 mod table;
 pub mod user_tables;
 
+pub use budget_pool::BudgetPool;
 pub use context::{default_config, session, session_with, session_with_config, VIEWS};
 pub use culprit_engine::Engine;
 pub use error::Error;

@@ -12,6 +12,7 @@
 mod compact;
 mod error;
 mod expire;
+mod housekeeping;
 pub mod layout;
 mod manifest;
 pub mod paths;
@@ -20,6 +21,7 @@ mod store;
 pub use compact::{CompactOptions, CompactReport};
 pub use error::{Result, StoreError, UserTableProblem};
 pub use expire::ExpireReport;
+pub use housekeeping::{AutoCompact, DEFAULT_AUTO_COMPACT_EVERY, DEFAULT_AUTO_COMPACT_FILES};
 pub use manifest::{
     BatchInfo, CronJob, DataFile, Manifest, RetiredFile, SourceRecord, UserColumn, UserTable,
 };

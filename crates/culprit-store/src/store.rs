@@ -311,20 +311,12 @@ impl Store {
             path: name.clone(),
             source,
         };
-        let size = match file.bytes {
-            0 => {
-                self.object_store
-                    .head(&path)
-                    .await
-                    .map_err(self.os_err())?
-                    .size
-            }
-            n => n,
-        };
+        // The footer is read from the end (a suffix request), not at the
+        // size the manifest recorded: a file replaced under the store is
+        // then reported by what it holds, as a full read would.
         let reader = Ranged {
             store: self.object_store.clone(),
             path: path.clone(),
-            size,
         };
         let mut builder = ParquetRecordBatchStreamBuilder::new(reader)
             .await
@@ -516,7 +508,30 @@ fn time_column<'a>(
 struct Ranged {
     store: Arc<dyn ObjectStore>,
     path: Path,
-    size: u64,
+}
+
+impl parquet::arrow::async_reader::MetadataSuffixFetch for &mut Ranged {
+    fn fetch_suffix(
+        &mut self,
+        suffix: usize,
+    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<bytes::Bytes>> {
+        use futures::FutureExt;
+        let options = object_store::GetOptions {
+            range: Some(object_store::GetRange::Suffix(suffix as u64)),
+            ..Default::default()
+        };
+        async move {
+            let err = |e| parquet::errors::ParquetError::External(Box::new(e));
+            self.store
+                .get_opts(&self.path, options)
+                .await
+                .map_err(err)?
+                .bytes()
+                .await
+                .map_err(err)
+        }
+        .boxed()
+    }
 }
 
 impl parquet::arrow::async_reader::AsyncFileReader for Ranged {
@@ -557,10 +572,9 @@ impl parquet::arrow::async_reader::AsyncFileReader for Ranged {
     > {
         use futures::FutureExt;
         async move {
-            let size = self.size;
             let metadata = parquet::file::metadata::ParquetMetaDataReader::new()
                 .with_arrow_reader_options(options)
-                .load_and_finish(self, size)
+                .load_via_suffix_and_finish(self)
                 .await?;
             Ok(Arc::new(metadata))
         }

@@ -12,7 +12,7 @@ use datafusion::common::Result;
 use super::aggressive_queries::{aggressor_cells, AGGRESSOR_COLUMNS};
 use super::args::Args;
 use super::rows::{schema, Cell, Out, WINDOW_COLUMNS};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct AggressiveQueriesSeries {
@@ -35,6 +35,10 @@ impl TableFunction for AggressiveQueriesSeries {
         let opts = args.blame_options(None, 0, 1)?;
         let step = args.series_step(2, &opts, Self::SIGNATURE)?;
         Ok(AggressiveQueriesSeries { opts, step })
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::AllVictims
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef
 use datafusion::common::Result;
 
 use super::args::Args;
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct Blame {
@@ -39,6 +39,10 @@ impl TableFunction for Blame {
 
     fn victims(&self) -> Option<Vec<String>> {
         self.opts.victims.clone()
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::victims(self.opts.victims.is_none())
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

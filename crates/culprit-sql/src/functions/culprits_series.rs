@@ -12,7 +12,7 @@ use datafusion::common::Result;
 use super::args::Args;
 use super::culprits::{culprit_cells, CULPRIT_COLUMNS};
 use super::rows::{schema, Cell, Out, WINDOW_COLUMNS};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct CulpritsSeries {
@@ -36,6 +36,10 @@ impl TableFunction for CulpritsSeries {
         let opts = args.blame_options(Some(vec![victim]), 1, 2)?;
         let step = args.series_step(3, &opts, Self::SIGNATURE)?;
         Ok(CulpritsSeries { opts, step })
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::AllVictims
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

@@ -9,7 +9,7 @@ use datafusion::common::Result;
 
 use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct HotResources {
@@ -34,6 +34,10 @@ impl TableFunction for HotResources {
         Ok(HotResources {
             opts: args.window_call(Self::SIGNATURE)?,
         })
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::AllVictims
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

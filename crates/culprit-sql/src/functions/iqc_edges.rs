@@ -11,7 +11,7 @@ use datafusion::common::Result;
 
 use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct IqcEdges {
@@ -34,6 +34,10 @@ impl TableFunction for IqcEdges {
 
     fn victims(&self) -> Option<Vec<String>> {
         self.opts.victims.clone()
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::victims(self.opts.victims.is_none())
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

@@ -12,7 +12,7 @@ use datafusion::common::Result;
 
 use super::args::Args;
 use super::rows::{schema, Cell, Out, Ty};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct IqcNodes {
@@ -35,6 +35,10 @@ impl TableFunction for IqcNodes {
 
     fn victims(&self) -> Option<Vec<String>> {
         self.opts.victims.clone()
+    }
+
+    fn cost(&self) -> Cost {
+        Cost::victims(self.opts.victims.is_none())
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

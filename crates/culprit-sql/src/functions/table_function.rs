@@ -20,6 +20,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 
+pub use culprit_engine::budget::Cost;
 use culprit_engine::{Engine, Snapshot};
 
 use super::args::Args;
@@ -56,6 +57,8 @@ pub struct ComputedTable {
     /// The victims the call names, if it explains only them: then only what
     /// could have slowed them is read (`Engine::focused`).
     pub victims: Option<Vec<String>>,
+    /// Its working memory (over every victim: a heavy analysis).
+    pub cost: Cost,
     pub compute: Compute,
     /// The memory the result holds, charged to the query's pool until the
     /// plan (which owns this table) is dropped.
@@ -77,6 +80,7 @@ impl ComputedTable {
             engine,
             windows,
             victims,
+            cost: Cost::Small,
             compute,
             held: Default::default(),
         }
@@ -106,32 +110,56 @@ impl TableProvider for ComputedTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        // A call that explains named victims reads only what could have
+        // slowed them (`Engine::focused`); others take the cached snapshot,
+        // whose size decides whether the call is heavy and how much
+        // working memory it is admitted with.
+        let engine = &self.engine;
         let focused = match &self.victims {
-            Some(victims) => self.engine.focused(victims).await.map_err(to_datafusion)?,
+            Some(victims) => engine.focused(victims).await.map_err(to_datafusion)?,
             None => None,
         };
+        let whole = focused.is_none();
         let snapshot = match focused {
             Some(snapshot) => snapshot,
-            None => self
-                .engine
-                .snapshot(self.windows)
-                .await
-                .map_err(to_datafusion)?,
+            None => engine.snapshot(false).await.map_err(to_datafusion)?,
+        };
+        let heavy = self.cost == Cost::AllVictims || (self.windows && snapshot.streamed());
+        let estimate = snapshot.working_estimate(self.cost, self.windows);
+        let what = format!("{}()", self.name);
+        // Admission in the server's memory budget (`culprit_engine::budget`):
+        // a heavy call takes a slot or waits in the queue; every call waits
+        // for its working memory. Full: 53200.
+        let admission = engine
+            .budget()
+            .admit(&what, estimate, heavy)
+            .await
+            .map_err(to_datafusion)?;
+        let snapshot = if self.windows && whole {
+            engine.snapshot(true).await.map_err(to_datafusion)?
+        } else {
+            snapshot
         };
         let compute = self.compute.clone();
         // The method is CPU work: keep it off the async workers.
         let started = std::time::Instant::now();
-        let rows = tokio::task::spawn_blocking(move || compute(&snapshot))
-            .await
-            .map_err(|e| {
-                // A panic in the method is a bug: XX000, and a log line.
-                log::error!("{}(): the computation failed: {e}", self.name);
-                to_datafusion(Error::Internal(format!("{}(): {e}", self.name)))
-            })??;
-        // The result is charged to the query's memory pool (per connection,
-        // `--query-memory-mb`): over the limit, the query fails with
-        // ResourcesExhausted (SQLSTATE 53200) and the result is dropped. The
-        // shared dataset cache is not charged to any one query.
+        // The slot and the working memory stay held until the computation
+        // ends, even when the statement is cancelled meanwhile (the blocking
+        // thread runs on to its end, and drops them with its output).
+        let (rows, mut admission) =
+            tokio::task::spawn_blocking(move || (compute(&snapshot), admission))
+                .await
+                .map_err(|e| {
+                    // A panic in the method is a bug: XX000, and a log line.
+                    log::error!("{}(): the computation failed: {e}", self.name);
+                    to_datafusion(Error::Internal(format!("{}(): {e}", self.name)))
+                })?;
+        let rows = rows?;
+        // The result is charged to the query's memory pool, drawn from the
+        // same budget (with the session's own `--query-memory-mb` when set),
+        // in place of the working memory: over it, the query fails with
+        // ResourcesExhausted (SQLSTATE 53200) and the result is dropped.
+        admission.reservation.shrink(rows.bytes);
         let consumer = MemoryConsumer::new(format!("culprit {}()", self.name));
         let reservation = consumer.register(&state.runtime_env().memory_pool);
         reservation.try_grow(rows.bytes).map_err(|e| {
@@ -140,6 +168,7 @@ impl TableProvider for ComputedTable {
                 self.name, rows.rows
             ))
         })?;
+        drop(admission);
         self.held.lock().expect("held").push(reservation);
         log::info!(
             "{}(): {} rows in {:.2} s",
@@ -214,6 +243,13 @@ pub trait TableFunction: Sized + Send + Sync + 'static {
     fn schema() -> SchemaRef;
     /// The call's parsed arguments.
     fn plan(args: &Args) -> Result<Self>;
+    /// What the call costs in working memory, for the server's budget
+    /// (`culprit_engine::budget`): a call over every victim is heavy, and
+    /// so is one that loads every window row of a large store for itself
+    /// ([`Self::NEEDS_WINDOWS`]).
+    fn cost(&self) -> Cost {
+        Cost::Small
+    }
     /// The result. Blocking: runs on a blocking thread of the query's runtime.
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows>;
     /// The victims, when the result explains only these queries: its
@@ -248,13 +284,18 @@ impl<F: TableFunction> fmt::Debug for Registered<F> {
 impl<F: TableFunction> TableFunctionImpl for Registered<F> {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
         let function = Arc::new(F::plan(&Args::parse(F::NAME, &args)?)?);
-        Ok(Arc::new(ComputedTable::new(
+        let mut table = ComputedTable::new(
             F::NAME,
             F::schema(),
             self.engine.clone(),
             F::NEEDS_WINDOWS,
             function.victims(),
-            Arc::new(move |snapshot: &Snapshot| function.compute(snapshot)),
-        )))
+            Arc::new({
+                let function = function.clone();
+                move |snapshot: &Snapshot| function.compute(snapshot)
+            }),
+        );
+        table.cost = function.cost();
+        Ok(Arc::new(table))
     }
 }

@@ -12,7 +12,7 @@ use datafusion::common::Result;
 
 use super::args::{bad_arg, Args};
 use super::rows::{schema, Cell, Out, Ty};
-use super::table_function::{Rows, TableFunction};
+use super::table_function::{Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct WhatIf {
@@ -57,6 +57,14 @@ impl TableFunction for WhatIf {
             from: args.time(2)?,
             to: args.time(3)?,
         })
+    }
+
+    fn cost(&self) -> Cost {
+        if self.query.is_none() {
+            Cost::AllVictims
+        } else {
+            Cost::Small
+        }
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {

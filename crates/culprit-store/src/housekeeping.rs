@@ -1,0 +1,102 @@
+//! Background compaction, for `culprit serve` and `culprit ingest --watch`:
+//! every [`AutoCompact::every`], if some telemetry table (or host bucket of
+//! `task_windows`) has at least [`AutoCompact::min_files`] small files, the
+//! existing compaction (`compact.rs`) runs: one atomic commit, the merged
+//! files retired for the grace period, so a query of a running server that
+//! read an older manifest finishes on the files it listed. A failed or
+//! conflicting compaction (another process compacted at the same time) is
+//! logged and tried again at the next check; nothing is lost either way.
+
+use std::time::Duration;
+
+use culprit_core::Table;
+
+use crate::compact::CompactOptions;
+use crate::{Manifest, Store};
+
+/// Small files of one table (or host bucket) that start a background
+/// compaction, by default.
+pub const DEFAULT_AUTO_COMPACT_FILES: usize = 16;
+/// Seconds between two checks, by default.
+pub const DEFAULT_AUTO_COMPACT_EVERY: Duration = Duration::from_secs(60);
+
+/// When the background compaction runs.
+#[derive(Debug, Clone)]
+pub struct AutoCompact {
+    /// Between two checks.
+    pub every: Duration,
+    /// Compact when a table (or a host bucket of `task_windows`) has at
+    /// least this many files under `compact.small_bytes` (at least 2).
+    pub min_files: usize,
+    /// The compaction run (its `min_files` is set to the threshold).
+    pub compact: CompactOptions,
+}
+
+impl Default for AutoCompact {
+    fn default() -> Self {
+        AutoCompact {
+            every: DEFAULT_AUTO_COMPACT_EVERY,
+            min_files: DEFAULT_AUTO_COMPACT_FILES,
+            compact: CompactOptions::default(),
+        }
+    }
+}
+
+impl AutoCompact {
+    /// Whether `manifest` has a group of small files at the threshold, or
+    /// retired files past the grace period to remove.
+    pub fn due(&self, manifest: &Manifest) -> bool {
+        let threshold = self.min_files.max(2);
+        let mut counts: std::collections::HashMap<(&str, Option<u32>), usize> =
+            std::collections::HashMap::new();
+        for f in &manifest.files {
+            if f.bytes < self.compact.small_bytes && Table::ALL.iter().any(|t| t.name() == f.table)
+            {
+                *counts.entry((f.table.as_str(), f.bucket)).or_default() += 1;
+            }
+        }
+        if counts.values().any(|&n| n >= threshold) {
+            return true;
+        }
+        let cutoff = chrono::Utc::now().timestamp_micros()
+            - i64::try_from(self.compact.grace.as_micros()).unwrap_or(i64::MAX);
+        manifest.retired.iter().any(|r| r.since <= cutoff)
+    }
+
+    /// Checks the store every [`AutoCompact::every`] and compacts when due,
+    /// forever (drop the future to stop; a compaction stopped halfway
+    /// commits nothing).
+    pub async fn run(self, store: Store) {
+        let opts = CompactOptions {
+            min_files: self.min_files.max(2),
+            ..self.compact.clone()
+        };
+        loop {
+            tokio::time::sleep(self.every).await;
+            let manifest = match store.manifest().await {
+                Ok(m) => m,
+                Err(e) => {
+                    log::warn!("background compaction: cannot read the manifest: {e}");
+                    continue;
+                }
+            };
+            if !self.due(&manifest) {
+                continue;
+            }
+            let started = std::time::Instant::now();
+            match store.compact(&opts, |_, _| {}).await {
+                Ok(r) => log::info!(
+                    "background compaction: {} files merged into {} ({} rows), {} retired files \
+                     removed, version {:?}, {:.2} s",
+                    r.files_merged(),
+                    r.written,
+                    r.rows,
+                    r.removed,
+                    r.version,
+                    started.elapsed().as_secs_f64()
+                ),
+                Err(e) => log::warn!("background compaction failed (tried again later): {e}"),
+            }
+        }
+    }
+}
