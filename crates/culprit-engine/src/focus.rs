@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::TimestampMicrosecondType;
 use culprit_core::method::Dataset;
 use culprit_core::Table;
@@ -186,16 +186,12 @@ fn keep(
     span: (i64, i64),
     except: Option<(i64, i64)>,
 ) -> Result<Option<RecordBatch>, Error> {
-    let time = |c: &str| {
-        b.column_by_name(c)
-            .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
-    };
-    let (Some(s), Some(e)) = (time(start), time(end)) else {
+    let (Some(s), Some(e)) = (time(b, start), time(b, end)) else {
         // Not a time table's rows: keep them all (the method skips what it
         // cannot use, as on a full read).
         return Ok(Some(b.clone()));
     };
-    let s2 = start2.and_then(time);
+    let s2 = start2.and_then(|c| time(b, c));
     let overlaps = |(from, to): (i64, i64), i: usize| -> bool {
         if s.is_null(i) || e.is_null(i) {
             return false;
@@ -220,19 +216,21 @@ fn keep(
         .map_err(|e| Error::Internal(format!("filtering rows by time: {e}")))
 }
 
+/// A time column of `b`.
+fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecondArray> {
+    b.column_by_name(column)
+        .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+}
+
 /// The hull of the slot waits `[ready, launch)` of the victims' tasks.
 fn waits(tasks: &[RecordBatch], victims: &[String]) -> (i64, i64) {
     let mut hull = (i64::MAX, i64::MIN);
     for b in tasks {
-        let time = |c: &str| {
-            b.column_by_name(c)
-                .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
-        };
         let (Some(q), Some(ready), Some(launch)) = (
             b.column_by_name("query_id")
                 .and_then(|c| c.as_string_opt::<i32>()),
-            time("ready_time"),
-            time("launch_time"),
+            time(b, "ready_time"),
+            time(b, "launch_time"),
         ) else {
             continue;
         };
@@ -252,15 +250,11 @@ fn waits(tasks: &[RecordBatch], victims: &[String]) -> (i64, i64) {
 fn running(tasks: &[RecordBatch], w0: i64, w1: i64) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for b in tasks {
-        let time = |c: &str| {
-            b.column_by_name(c)
-                .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
-        };
         let (Some(q), Some(launch), Some(finish)) = (
             b.column_by_name("query_id")
                 .and_then(|c| c.as_string_opt::<i32>()),
-            time("launch_time"),
-            time("finish_time"),
+            time(b, "launch_time"),
+            time(b, "finish_time"),
         ) else {
             continue;
         };

@@ -268,14 +268,8 @@ impl Store {
         // the whole store).
         let index = crate::layout::QUERY_SPANS;
         for file in manifest.files_named(index).cloned().collect::<Vec<_>>() {
-            let keep = |b: &RecordBatch| -> BooleanArray {
-                match text(b, "query_id") {
-                    Some(a) => (0..b.num_rows())
-                        .map(|i| Some(!(a.is_valid(i) && gone.queries.contains(a.value(i)))))
-                        .collect(),
-                    None => BooleanArray::from(vec![true; b.num_rows()]),
-                }
-            };
+            // An index row goes with its query, as a `queries` row does.
+            let keep = |b: &RecordBatch| gone.keep(Table::Queries, b);
             let mut removed = 0usize;
             let mut stream = self.scan_files(vec![file.clone()], None);
             while let Some(b) = stream.try_next().await? {
@@ -294,7 +288,7 @@ impl Store {
                 let schema = crate::layout::query_spans_schema();
                 let written = batch
                     .write_parquet_stream(index, &schema, rows, None, |part| {
-                        format!("tables/{index}/{id}-{part:04}.parquet")
+                        paths::query_spans_file(&id, part)
                     })
                     .await;
                 if let Err(e) = written {

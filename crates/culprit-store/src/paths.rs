@@ -39,6 +39,14 @@ pub fn data_file(table: Table, batch: &str, part: usize) -> String {
 }
 
 /// `tables/user/<name>/<batch>-<part:04>.parquet`: a user table's data.
+/// A file of the query index ([`crate::layout::QUERY_SPANS`]).
+pub fn query_spans_file(batch: &str, part: usize) -> String {
+    format!(
+        "tables/{}/{batch}-{part:04}.parquet",
+        crate::layout::QUERY_SPANS
+    )
+}
+
 pub fn user_data_file(name: &str, batch: &str, part: usize) -> String {
     format!("tables/user/{name}/{batch}-{part:04}.parquet")
 }

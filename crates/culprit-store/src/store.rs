@@ -353,12 +353,7 @@ impl Store {
             builder = builder.with_row_groups(groups);
         }
         if let Some(cols) = &cols {
-            let schema = builder.schema().clone();
-            let indices: Vec<usize> = cols
-                .iter()
-                .filter_map(|c| schema.index_of(c).ok())
-                .collect();
-            let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+            let mask = projection(builder.schema(), builder.parquet_schema(), cols);
             builder = builder.with_projection(mask);
         }
         let stream = builder.build().map_err(perr)?;
@@ -450,12 +445,7 @@ impl Store {
             .with_batch_size(64 * 1024);
         check_schema(&path, &file.table, builder.schema(), columns)?;
         if let Some(cols) = columns {
-            let schema = builder.schema().clone();
-            let indices: Vec<usize> = cols
-                .iter()
-                .filter_map(|c| schema.index_of(c).ok())
-                .collect();
-            let mask = ProjectionMask::roots(builder.parquet_schema(), indices);
+            let mask = projection(builder.schema(), builder.parquet_schema(), cols);
             builder = builder.with_projection(mask);
         }
         let reader = builder.build().map_err(perr)?;
@@ -501,6 +491,16 @@ fn time_column<'a>(
     batch
         .column_by_name(name)
         .and_then(|a| a.as_primitive_opt::<arrow::datatypes::TimestampMicrosecondType>())
+}
+
+/// The projection of a file onto the named columns (those it has).
+fn projection(
+    schema: &arrow::datatypes::Schema,
+    parquet: &parquet::schema::types::SchemaDescriptor,
+    columns: &[&str],
+) -> ProjectionMask {
+    let indices = columns.iter().filter_map(|c| schema.index_of(c).ok());
+    ProjectionMask::roots(parquet, indices)
 }
 
 /// A stored file read by ranges: its footer, then the column chunks of the
@@ -972,10 +972,7 @@ impl PendingBatch {
                 let id = self.id.clone();
                 let schema = crate::layout::query_spans_schema();
                 self.write_parquet(crate::layout::QUERY_SPANS, &schema, &index, None, |part| {
-                    format!(
-                        "tables/{}/{id}-{part:04}.parquet",
-                        crate::layout::QUERY_SPANS
-                    )
+                    paths::query_spans_file(&id, part)
                 })
                 .await
             }
