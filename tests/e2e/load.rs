@@ -57,7 +57,10 @@ async fn sixty_four_clients_for_a_minute() {
                 };
                 match r {
                     Ok(()) => latencies.push(t.elapsed()),
-                    Err(e) => errors.push(format!("{sql}: {e}")),
+                    Err(e) => errors.push(match e.as_db_error() {
+                        Some(db) => format!("{sql}: {} {}", db.code().code(), db.message()),
+                        None => format!("{sql}: {e}"),
+                    }),
                 }
             }
             (latencies, errors)

@@ -77,9 +77,9 @@ struct ServerArgs {
     #[arg(long, value_parser = limits::heavy_analyses)]
     heavy_analyses: Option<usize>,
     /// Heavy analyses waiting at most; one more fails at once with 53200.
-    #[arg(long, default_value_t = culprit_engine::budget::DEFAULT_HEAVY_QUEUE,
-          value_parser = limits::heavy_queue)]
-    heavy_queue: usize,
+    /// Default: no bound but --max-connections (a full server only waits).
+    #[arg(long, value_parser = limits::heavy_queue)]
+    heavy_queue: Option<usize>,
     #[command(flatten)]
     compaction: CompactionArgs,
 }

@@ -15,8 +15,8 @@
 //!
 //! Admission: a heavy analysis (one over every victim, or one that loads
 //! every window row of a large store) first takes one of
-//! [`BudgetOptions::heavy_slots`] slots, waiting in a queue of at most
-//! [`BudgetOptions::heavy_queue`]; with a slot, it waits until its
+//! [`BudgetOptions::heavy_slots`] slots, waiting in a queue (bounded by
+//! the connections, or by [`BudgetOptions::heavy_queue`]); with a slot, it waits until its
 //! estimate fits under the budget less the share kept for light queries
 //! ([`LIGHT_SHARE`]). A full queue, an estimate larger than the budget, or
 //! a wait for memory longer than [`MEMORY_WAIT`] fail the query with
@@ -38,8 +38,6 @@ use crate::error::Error;
 pub const LIGHT_SHARE: f64 = 0.25;
 /// How long an admitted heavy analysis waits for its memory before failing.
 pub const MEMORY_WAIT: Duration = Duration::from_secs(120);
-/// The default queue of heavy analyses waiting for a slot.
-pub const DEFAULT_HEAVY_QUEUE: usize = 32;
 /// Bytes of working memory per window row of an analysis over every victim
 /// (its level-4 nodes, the rows of the host buckets it sweeps, the
 /// victims' task bookkeeping), measured on generated stores with
@@ -85,8 +83,12 @@ pub struct BudgetOptions {
     pub limit: Option<usize>,
     /// Heavy analyses running at once.
     pub heavy_slots: usize,
-    /// Heavy analyses waiting for a slot, at most; beyond, 53200.
-    pub heavy_queue: usize,
+    /// Heavy analyses waiting for a slot, at most; beyond, 53200. `None`
+    /// (the default): no bound of its own, since each connection runs one
+    /// statement at a time and the server's connection limit bounds the
+    /// queue; a server at its connection limit then only waits, as a
+    /// database under load should.
+    pub heavy_queue: Option<usize>,
 }
 
 impl Default for BudgetOptions {
@@ -94,7 +96,7 @@ impl Default for BudgetOptions {
         BudgetOptions {
             limit: None,
             heavy_slots: default_heavy_slots(),
-            heavy_queue: DEFAULT_HEAVY_QUEUE,
+            heavy_queue: None,
         }
     }
 }
@@ -119,7 +121,7 @@ struct Inner {
     freed: Notify,
     slots: Arc<Semaphore>,
     heavy_slots: usize,
-    queue: usize,
+    queue: Option<usize>,
     waiting: AtomicUsize,
 }
 
@@ -248,12 +250,13 @@ impl Budget {
             Some(match inner.slots.clone().try_acquire_owned() {
                 Ok(p) => p,
                 Err(_) => {
-                    if inner.waiting.fetch_add(1, Ordering::SeqCst) >= inner.queue {
+                    let before = inner.waiting.fetch_add(1, Ordering::SeqCst);
+                    if let Some(queue) = inner.queue.filter(|&q| before >= q) {
                         inner.waiting.fetch_sub(1, Ordering::SeqCst);
                         return Err(Error::OutOfMemory(format!(
-                            "{what}: the server is busy: {} heavy analyses are running and {} \
-                             wait (--heavy-analyses, --heavy-queue); try again later",
-                            inner.heavy_slots, inner.queue
+                            "{what}: the server is busy: {} heavy analyses are running and \
+                             {queue} wait (--heavy-analyses, --heavy-queue); try again later",
+                            inner.heavy_slots
                         )));
                     }
                     // Leaves the queue however the wait ends (a cancelled
@@ -461,7 +464,7 @@ mod tests {
         let b = Budget::new(BudgetOptions {
             limit: Some(1000),
             heavy_slots: 1,
-            heavy_queue: 1,
+            heavy_queue: Some(1),
         });
         let r = b.try_reserve("a", 600).unwrap();
         assert_eq!(b.used(), 600);

@@ -197,7 +197,7 @@ impl Server {
                 "memory budget {} MiB, {} heavy analyses at once, {} waiting at most",
                 limit >> 20,
                 opts.budget.heavy_slots.max(1),
-                opts.budget.heavy_queue
+                opts.budget.heavy_queue.unwrap_or(opts.max_connections)
             );
         }
         let engine = Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
