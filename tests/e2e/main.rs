@@ -8,6 +8,7 @@ mod cli_flags;
 mod clients;
 mod common;
 mod compact;
+mod every_victim;
 mod faults;
 mod foreign_files;
 mod hostmetrics;

@@ -65,6 +65,11 @@ impl Engine {
         &self.store
     }
 
+    /// Window rows kept in memory with the dataset, at most.
+    pub(crate) fn window_cache_rows(&self) -> u64 {
+        self.window_cache_rows
+    }
+
     /// An engine counting its cache and its analyses in `budget`.
     pub fn with_budget(store: Store, budget: Budget) -> Self {
         Engine {

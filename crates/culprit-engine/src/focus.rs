@@ -37,9 +37,48 @@ use futures::TryStreamExt;
 use crate::engine::{Engine, Snapshot};
 use crate::error::Error;
 
+/// Victims' tasks per group of an analysis over every victim of a large
+/// store ([`Engine::victim_groups`]): its memory follows this, not the store.
+pub const GROUP_TASKS: u64 = 1 << 17;
+
 /// Per query: the earliest ready or launch time of its tasks, the latest
 /// finish, and how many tasks.
 pub(crate) type Spans = HashMap<String, (i64, i64, u64)>;
+
+/// The victims of an analysis over every query, in groups read one at a
+/// time ([`Engine::victim_groups`]).
+#[derive(Debug, Clone)]
+pub struct VictimGroups {
+    manifest: Manifest,
+    spans: Arc<Spans>,
+    /// The queries of each group, in the order of their start.
+    pub groups: Vec<Vec<String>>,
+    window_rows_per_task: f64,
+}
+
+impl VictimGroups {
+    /// Window rows of a group's dataset, about: its victims' tasks and as
+    /// many again for the queries around them.
+    pub fn window_rows(&self, i: usize) -> usize {
+        let tasks: u64 = self.groups[i]
+            .iter()
+            .filter_map(|q| self.spans.get(q))
+            .map(|s| s.2)
+            .sum();
+        (2.0 * tasks as f64 * self.window_rows_per_task) as usize
+    }
+
+    /// The working memory of the largest group's analysis: its window rows
+    /// in memory and the sweep's own.
+    pub fn working_estimate(&self) -> usize {
+        let per_row =
+            crate::budget::HEAVY_BYTES_PER_WINDOW_ROW + crate::budget::CACHE_BYTES_PER_WINDOW_ROW;
+        (0..self.groups.len())
+            .map(|i| self.window_rows(i).saturating_mul(per_row))
+            .max()
+            .unwrap_or(0)
+    }
+}
 
 impl Engine {
     /// A snapshot that holds only what the analysis of `victims` needs (see
@@ -47,7 +86,6 @@ impl Engine {
     /// query index: a store written before it; then use
     /// [`Engine::snapshot`]).
     pub async fn focused(&self, victims: &[String]) -> Result<Option<Snapshot>, Error> {
-        let started = std::time::Instant::now();
         let manifest = self.store().manifest().await?;
         let Some(spans) = self.spans(&manifest).await? else {
             log::info!(
@@ -56,6 +94,75 @@ impl Engine {
             );
             return Ok(None);
         };
+        self.focused_at(manifest, &spans, victims).await.map(Some)
+    }
+
+    /// The groups in which an analysis over every query that ran in
+    /// `window` explains a large store in bounded memory, or `None` when
+    /// the whole store is better read at once: its window rows fit the
+    /// dataset cache ([`Engine::snapshot`] holds them), or it has no
+    /// complete query index.
+    ///
+    /// The queries whose span overlaps the window (a superset of those
+    /// that ran in it: the method keeps the ones that did, with
+    /// `BlameOptions::within`) are taken in the order of their start, a
+    /// group closed once it has `tasks` tasks; each group is then read as
+    /// [`Engine::focused`] reads named victims ([`Engine::group`]), all at
+    /// the manifest version of this call.
+    pub async fn victim_groups(
+        &self,
+        window: (i64, i64),
+        tasks: u64,
+    ) -> Result<Option<VictimGroups>, Error> {
+        let manifest = self.store().manifest().await?;
+        if manifest.rows_of(Table::TaskWindows) <= self.window_cache_rows() {
+            return Ok(None);
+        }
+        let Some(spans) = self.spans(&manifest).await? else {
+            return Ok(None);
+        };
+        let mut queries: Vec<(&String, i64, u64)> = spans
+            .iter()
+            .filter(|(_, &(a, b, _))| a <= window.1 && window.0 <= b)
+            .map(|(q, &(a, _, n))| (q, a, n))
+            .collect();
+        queries.sort_by(|x, y| (x.1, x.0).cmp(&(y.1, y.0)));
+        let mut groups: Vec<Vec<String>> = Vec::new();
+        let mut size = 0u64;
+        for (q, _, n) in queries {
+            if groups.is_empty() || size >= tasks {
+                groups.push(Vec::new());
+                size = 0;
+            }
+            size += n;
+            if let Some(g) = groups.last_mut() {
+                g.push(q.clone());
+            }
+        }
+        let per_task = manifest.rows_of(Table::TaskWindows) as f64
+            / manifest.rows_of(Table::Tasks).max(1) as f64;
+        Ok(Some(VictimGroups {
+            manifest,
+            spans,
+            groups,
+            window_rows_per_task: per_task,
+        }))
+    }
+
+    /// The dataset of group `i` of `groups`: what the analysis of its
+    /// queries needs, read at the groups' manifest version.
+    pub async fn group(&self, groups: &VictimGroups, i: usize) -> Result<Snapshot, Error> {
+        self.focused_at(groups.manifest.clone(), &groups.spans, &groups.groups[i])
+            .await
+    }
+
+    async fn focused_at(
+        &self,
+        manifest: Manifest,
+        spans: &Spans,
+        victims: &[String],
+    ) -> Result<Snapshot, Error> {
+        let started = std::time::Instant::now();
         let store = self.store();
         let mut ds = Dataset::new();
         // The victims' span; none if no victim has tasks (unknown ones are
@@ -121,19 +228,27 @@ impl Engine {
                 }
             }
         }
+        let named = if victims.len() <= 4 {
+            victims.join(", ")
+        } else {
+            format!(
+                "{} queries ({} ...)",
+                victims.len(),
+                victims[..4].join(", ")
+            )
+        };
         log::info!(
-            "store version {}: read for {} in {:.3} s ({} tasks, {} window rows)",
+            "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows)",
             manifest.version,
-            victims.join(", "),
             started.elapsed().as_secs_f64(),
             ds.tasks.len(),
             window_rows
         );
-        Ok(Some(Snapshot {
+        Ok(Snapshot {
             ds: Arc::new(ds),
             buckets: None,
             source: Arc::new((store.clone(), manifest)),
-        }))
+        })
     }
 
     /// The query index of `manifest`, read once per version.

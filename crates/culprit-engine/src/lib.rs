@@ -28,5 +28,6 @@ pub use analyses::Blamed;
 pub use budget::{Admission, Budget, BudgetOptions, Reservation};
 pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};
 pub use error::Error;
+pub use focus::{VictimGroups, GROUP_TASKS};
 
 pub use culprit_core::method;

@@ -278,3 +278,146 @@ async fn an_unknown_victim_is_refused_without_reading_tasks() {
         .unwrap_err();
     assert!(err.to_string().contains("no such query"), "{err}");
 }
+
+/// Level 4 of an analysis by names: (victim stage, resource, detail, host,
+/// culprit, via) to seconds.
+type Named = BTreeMap<(String, String, String, String, String, String), f64>;
+
+fn named(s: &Snapshot, opts: &BlameOptions, into: &mut Named) {
+    use culprit_core::method::Culprit;
+    let ds = &s.ds;
+    let level4 = s.blame(opts).unwrap().level4;
+    let details = level4.details(ds);
+    for e in &level4 {
+        let culprit = match e.culprit() {
+            Culprit::Stage(c) => ds.stage_name(c).to_string(),
+            other => format!("{other:?}"),
+        };
+        let key = (
+            ds.stage_name(e.stage).to_string(),
+            e.resource.name().to_string(),
+            details.name(e.detail).to_string(),
+            e.host()
+                .map_or("*".into(), |h| ds.hosts.name(h).to_string()),
+            culprit,
+            e.via()
+                .map_or(String::new(), |v| ds.stage_name(v).to_string()),
+        );
+        *into.entry(key).or_default() += e.seconds;
+    }
+}
+
+/// An analysis over every victim of a large store, explained group by
+/// group of victims (each group's dataset read as for named victims),
+/// gives every victim exactly what the analysis of the whole store gives:
+/// the same level-4 rows and seconds, each victim in one group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_victim_by_groups_equals_the_whole_store() {
+    let w = culprit_sim::fast(&culprit_sim::FastConfig {
+        seed: 11,
+        tasks: 12_000,
+        hosts: 12,
+        slots: 4,
+        // Short queries arriving often: several run at once, so each
+        // group's dataset holds queries around it too.
+        tasks_per_query: 40,
+        ..Default::default()
+    });
+    let store = store_of(&w).await;
+    let whole = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    // A small dataset cache: this store counts as large.
+    let engine = Engine::with_window_cache(store.clone(), 0);
+    assert!(
+        Engine::new(store.clone())
+            .victim_groups((i64::MIN, i64::MAX), 1_500)
+            .await
+            .unwrap()
+            .is_none(),
+        "a store whose window rows fit the cache is read whole"
+    );
+    // The middle third of the workload's time, as a window.
+    let (mut t0, mut t1) = (i64::MAX, i64::MIN);
+    for i in 0..whole.ds.tasks.len() {
+        t0 = t0.min(whole.ds.tasks[i].launch);
+        t1 = t1.max(whole.ds.tasks[i].finish);
+    }
+    let third = (t1 - t0) / 3;
+    let windows = [(None, None), (Some(t0 + third), Some(t1 - third))];
+    let variants: Vec<BlameOptions> = vec![
+        BlameOptions::default(),
+        BlameOptions {
+            stages: VictimStages::All,
+            ..Default::default()
+        },
+        BlameOptions {
+            slots: SlotBlame::Direct,
+            ..Default::default()
+        },
+        BlameOptions {
+            tasks: TaskBlame::Last,
+            ..Default::default()
+        },
+        BlameOptions {
+            attribution: culprit_core::method::Attribution::Paper,
+            ..Default::default()
+        },
+    ];
+    let mut compared = 0;
+    for (from, to) in windows {
+        let window = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));
+        let groups = engine
+            .victim_groups(window, 1_500)
+            .await
+            .unwrap()
+            .expect("a large store with a complete index is explained by groups");
+        assert!(groups.groups.len() >= 3, "{} groups", groups.groups.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for g in &groups.groups {
+            for q in g {
+                assert!(seen.insert(q.clone()), "{q} is in two groups");
+            }
+        }
+        for opts in &variants {
+            let opts = BlameOptions {
+                from,
+                to,
+                ..opts.clone()
+            };
+            let mut want = Named::new();
+            named(&whole, &opts, &mut want);
+            let mut got = Named::new();
+            let mut victims = 0;
+            let mut outside = 0;
+            for i in 0..groups.groups.len() {
+                let s = engine.group(&groups, i).await.unwrap();
+                let within = BlameOptions {
+                    within: Some(groups.groups[i].clone()),
+                    ..opts.clone()
+                };
+                victims += s.blame(&within).unwrap().victims.queries.len();
+                // The group's dataset also holds queries around it, which
+                // are not its victims.
+                let everyone = s.blame(&opts).unwrap().victims.queries.len();
+                outside += everyone - groups.groups[i].len().min(everyone);
+                named(&s, &within, &mut got);
+            }
+            let all = whole.blame(&opts).unwrap().victims.queries.len();
+            assert_eq!(victims, all, "{opts:?}: victims explained by groups");
+            assert!(outside > 0, "no group's dataset held other queries");
+            assert_eq!(
+                want.keys().collect::<Vec<_>>(),
+                got.keys().collect::<Vec<_>>(),
+                "{opts:?}"
+            );
+            for (k, a) in &want {
+                assert!(
+                    same(*a, got[k]),
+                    "{opts:?} {k:?}: whole {a}, by groups {}",
+                    got[k]
+                );
+            }
+            compared += want.len();
+        }
+    }
+    assert!(compared > 1000, "only {compared} level-4 rows compared");
+}

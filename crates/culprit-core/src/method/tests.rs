@@ -763,6 +763,7 @@ proptest! {
         let victim = ds.queries.name(0).to_string();
         let opts = BlameOptions {
             victims: named.then(|| vec![victim]),
+            within: None,
             stages: if all_stages { VictimStages::All } else { VictimStages::CriticalPath },
             attribution: if paper { Attribution::Paper } else { Attribution::Window },
             slots: if transitive { SlotBlame::Transitive } else { SlotBlame::Direct },

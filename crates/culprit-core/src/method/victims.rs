@@ -46,6 +46,12 @@ pub enum TaskBlame {
 pub struct BlameOptions {
     /// Victim query names; `None` means every query that ran in the window.
     pub victims: Option<Vec<String>>,
+    /// With `victims: None`, only these of the queries that ran in the
+    /// window (names the data does not hold are ignored). An analysis over
+    /// every victim is the union of its analyses over disjoint groups of
+    /// them, which is how a large store is explained group by group in
+    /// bounded memory (`culprit-engine`'s `Engine::victim_groups`).
+    pub within: Option<Vec<String>>,
     pub stages: VictimStages,
     pub attribution: Attribution,
     pub slots: SlotBlame,
@@ -58,6 +64,7 @@ impl Default for BlameOptions {
     fn default() -> Self {
         BlameOptions {
             victims: None,
+            within: None,
             stages: VictimStages::CriticalPath,
             attribution: Attribution::Window,
             slots: SlotBlame::Transitive,
@@ -113,6 +120,15 @@ pub fn resolve_victims(ds: &Dataset, opts: &BlameOptions) -> Result<Victims, Met
         .is_some()
         {
             ran[ds.stage_query(t.stage) as usize] = true;
+        }
+    }
+    if let (None, Some(names)) = (&opts.victims, &opts.within) {
+        let mut group = vec![false; ds.queries.len()];
+        for q in names.iter().filter_map(|n| ds.queries.get(n)) {
+            group[q as usize] = true;
+        }
+        for (r, g) in ran.iter_mut().zip(group) {
+            *r &= g;
         }
     }
     let queries: Vec<u32> = match &opts.victims {

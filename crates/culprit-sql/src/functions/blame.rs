@@ -46,9 +46,28 @@ impl TableFunction for Blame {
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
-        let blamed = snapshot
-            .blame(&self.opts)
-            .map_err(in_function(Self::NAME))?;
+        Self::rows(snapshot, &self.opts)
+    }
+
+    fn by_groups(&self) -> Option<(i64, i64)> {
+        self.opts
+            .victims
+            .is_none()
+            .then(|| culprit_core::method::window(&self.opts))
+    }
+
+    fn compute_group(&self, snapshot: &Snapshot, group: &[String]) -> Result<Rows> {
+        let opts = BlameOptions {
+            within: Some(group.to_vec()),
+            ..self.opts.clone()
+        };
+        Self::rows(snapshot, &opts)
+    }
+}
+
+impl Blame {
+    fn rows(snapshot: &Snapshot, opts: &BlameOptions) -> Result<Rows> {
+        let blamed = snapshot.blame(opts).map_err(in_function(Self::NAME))?;
         blame_rows(snapshot.ds.clone(), blamed.level4)
     }
 }

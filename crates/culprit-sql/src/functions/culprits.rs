@@ -42,10 +42,29 @@ impl TableFunction for Culprits {
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
+        Self::rows(snapshot, &self.opts)
+    }
+
+    fn by_groups(&self) -> Option<(i64, i64)> {
+        self.opts
+            .victims
+            .is_none()
+            .then(|| culprit_core::method::window(&self.opts))
+    }
+
+    fn compute_group(&self, snapshot: &Snapshot, group: &[String]) -> Result<Rows> {
+        let opts = BlameOptions {
+            within: Some(group.to_vec()),
+            ..self.opts.clone()
+        };
+        Self::rows(snapshot, &opts)
+    }
+}
+
+impl Culprits {
+    fn rows(snapshot: &Snapshot, opts: &BlameOptions) -> Result<Rows> {
         let ds = &snapshot.ds;
-        let rows = snapshot
-            .culprits(&self.opts)
-            .map_err(in_function(Self::NAME))?;
+        let rows = snapshot.culprits(opts).map_err(in_function(Self::NAME))?;
         let mut out = Out::new(culprits_schema(), rows.len());
         for r in &rows {
             out.row(culprit_cells(ds, r));

@@ -47,6 +47,17 @@ impl Rows {
 
 pub type Compute = Arc<dyn Fn(&Snapshot) -> Result<Rows> + Send + Sync>;
 
+/// The result for one group of victims (`TableFunction::compute_group`).
+pub type GroupCompute = Arc<dyn Fn(&Snapshot, &[String]) -> Result<Rows> + Send + Sync>;
+
+/// How a call over every victim is computed group by group: its window and
+/// the computation of one group.
+#[derive(Clone)]
+pub struct ByGroups {
+    pub window: (i64, i64),
+    pub compute: GroupCompute,
+}
+
 pub struct ComputedTable {
     pub name: &'static str,
     pub schema: SchemaRef,
@@ -60,6 +71,10 @@ pub struct ComputedTable {
     /// Its working memory (over every victim: a heavy analysis).
     pub cost: Cost,
     pub compute: Compute,
+    /// Over every victim, the result may be computed group by group of
+    /// victims (`TableFunction::by_groups`): a large store is then
+    /// explained one group at a time, in memory that follows the group.
+    pub by_groups: Option<ByGroups>,
     /// The memory the result holds, charged to the query's pool until the
     /// plan (which owns this table) is dropped.
     pub held: Mutex<Vec<MemoryReservation>>,
@@ -82,6 +97,7 @@ impl ComputedTable {
             victims,
             cost: Cost::Small,
             compute,
+            by_groups: None,
             held: Default::default(),
         }
     }
@@ -115,6 +131,15 @@ impl TableProvider for ComputedTable {
         // whose size decides whether the call is heavy and how much
         // working memory it is admitted with.
         let engine = &self.engine;
+        if let Some(by_groups) = &self.by_groups {
+            let groups = engine
+                .victim_groups(by_groups.window, culprit_engine::GROUP_TASKS)
+                .await
+                .map_err(to_datafusion)?;
+            if let Some(groups) = groups {
+                return self.scan_groups(projection, groups, by_groups).await;
+            }
+        }
         let focused = match &self.victims {
             Some(victims) => engine.focused(victims).await.map_err(to_datafusion)?,
             None => None,
@@ -192,6 +217,178 @@ impl TableProvider for ComputedTable {
     }
 }
 
+impl ComputedTable {
+    /// The plan of a call over every victim of a large store: one heavy
+    /// admission for the whole call, with the working memory of its
+    /// largest group; then, as the result is read, each group's dataset is
+    /// read (`Engine::group`), explained on a blocking thread, sent and
+    /// dropped before the next.
+    async fn scan_groups(
+        &self,
+        projection: Option<&Vec<usize>>,
+        groups: culprit_engine::VictimGroups,
+        by_groups: &ByGroups,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let what = format!("{}()", self.name);
+        let admission = self
+            .engine
+            .budget()
+            .admit(&what, groups.working_estimate(), true)
+            .await
+            .map_err(to_datafusion)?;
+        log::info!(
+            "{what}: every victim of a large store, in {} groups of about {} tasks",
+            groups.groups.len(),
+            culprit_engine::GROUP_TASKS
+        );
+        let partition = Arc::new(Grouped {
+            name: self.name,
+            schema: self.schema.clone(),
+            engine: self.engine.clone(),
+            groups: Arc::new(groups),
+            compute: by_groups.compute.clone(),
+            admission: Mutex::new(Some(admission)),
+        });
+        Ok(Arc::new(StreamingTableExec::try_new(
+            self.schema.clone(),
+            vec![partition],
+            projection,
+            [],
+            false,
+            None,
+        )?))
+    }
+}
+
+/// The one partition of a call computed group by group.
+struct Grouped {
+    name: &'static str,
+    schema: SchemaRef,
+    engine: Arc<Engine>,
+    groups: Arc<culprit_engine::VictimGroups>,
+    compute: GroupCompute,
+    /// The call's heavy slot and working memory, held until its last group
+    /// is sent (or the statement ends).
+    admission: Mutex<Option<culprit_engine::Admission>>,
+}
+
+impl fmt::Debug for Grouped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}() by groups of victims", self.name)
+    }
+}
+
+/// Where the reading of a [`Grouped`] result is.
+struct GroupState {
+    next: usize,
+    batches: Option<Box<dyn Iterator<Item = Result<RecordBatch>> + Send>>,
+    /// The result of the current group, charged to the query's pool.
+    reservation: MemoryReservation,
+    admission: Option<culprit_engine::Admission>,
+    started: std::time::Instant,
+}
+
+impl PartitionStream for Grouped {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let name = self.name;
+        let (engine, groups, compute) = (
+            self.engine.clone(),
+            self.groups.clone(),
+            self.compute.clone(),
+        );
+        let admission = self.admission.lock().ok().and_then(|mut a| a.take());
+        let consumer = MemoryConsumer::new(format!("culprit {name}()"));
+        let state = GroupState {
+            next: 0,
+            batches: None,
+            reservation: consumer.register(ctx.memory_pool()),
+            admission,
+            started: std::time::Instant::now(),
+        };
+        let total = groups.groups.len();
+        let stream = futures::stream::unfold(Some(state), move |state| {
+            let (engine, groups, compute) = (engine.clone(), groups.clone(), compute.clone());
+            async move {
+                let mut st = state?;
+                if st.admission.is_none() && st.next == 0 {
+                    // A plan executed twice: a bug of the caller.
+                    let e = Error::Internal(format!(
+                        "{name}(): its result was already read; call the function again"
+                    ));
+                    return Some((Err(to_datafusion(e)), None));
+                }
+                loop {
+                    if let Some(batch) = st.batches.as_mut().and_then(|b| b.next()) {
+                        return Some((batch, Some(st)));
+                    }
+                    st.batches = None;
+                    if st.next >= total {
+                        log::info!(
+                            "{name}(): {total} groups of victims in {:.2} s",
+                            st.started.elapsed().as_secs_f64()
+                        );
+                        return None;
+                    }
+                    let i = st.next;
+                    st.next += 1;
+                    // One group at a time: its dataset, then its sweeps
+                    // (on every core). Reading the next group meanwhile
+                    // was tried: it held about a third more memory at
+                    // 1e6 tasks.
+                    let snapshot = match engine.group(&groups, i).await {
+                        Ok(s) => s,
+                        Err(e) => return Some((Err(to_datafusion(e)), None)),
+                    };
+                    match compute_group(name, snapshot, &groups, i, &compute).await {
+                        Ok(rows) => {
+                            if let Err(e) = st.reservation.try_resize(rows.bytes) {
+                                let e = DataFusionError::ResourcesExhausted(format!(
+                                    "culprit: {name}(): the result of a group of {} victims \
+                                     ({} rows) does not fit in the query's memory: {e}",
+                                    groups.groups[i].len(),
+                                    rows.rows
+                                ));
+                                return Some((Err(e), None));
+                            }
+                            log::info!(
+                                "{name}(): group {}/{total} explained ({} rows, {:.2} s)",
+                                i + 1,
+                                rows.rows,
+                                st.started.elapsed().as_secs_f64()
+                            );
+                            st.batches = Some(rows.batches);
+                        }
+                        Err(e) => return Some((Err(e), None)),
+                    }
+                }
+            }
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+/// Computes group `i`'s result on a blocking thread.
+async fn compute_group(
+    name: &'static str,
+    snapshot: Snapshot,
+    groups: &culprit_engine::VictimGroups,
+    i: usize,
+    compute: &GroupCompute,
+) -> Result<Rows> {
+    let victims = groups.groups[i].clone();
+    let compute = compute.clone();
+    tokio::task::spawn_blocking(move || compute(&snapshot, &victims))
+        .await
+        .map_err(|e| {
+            log::error!("{name}(): the computation failed: {e}");
+            to_datafusion(Error::Internal(format!("{name}(): {e}")))
+        })?
+}
+
 /// The result's one partition: its batches, read once.
 struct Once {
     name: &'static str,
@@ -258,6 +455,22 @@ pub trait TableFunction: Sized + Send + Sync + 'static {
     fn victims(&self) -> Option<Vec<String>> {
         None
     }
+    /// A call over every victim whose result is the union of its results
+    /// over disjoint groups of victims (one row set per victim) returns its
+    /// window: a large store is then explained group by group
+    /// ([`Self::compute_group`]) in memory that follows the group, not the
+    /// store.
+    fn by_groups(&self) -> Option<(i64, i64)> {
+        None
+    }
+    /// The result for the victims among `group` that ran in the window, on
+    /// a snapshot holding what could have slowed them.
+    fn compute_group(&self, _snapshot: &Snapshot, _group: &[String]) -> Result<Rows> {
+        Err(to_datafusion(Error::Internal(format!(
+            "{}(): cannot be computed by groups of victims",
+            Self::NAME
+        ))))
+    }
 }
 
 /// The DataFusion table function of a [`TableFunction`].
@@ -296,6 +509,12 @@ impl<F: TableFunction> TableFunctionImpl for Registered<F> {
             }),
         );
         table.cost = function.cost();
+        table.by_groups = function.by_groups().map(|window| ByGroups {
+            window,
+            compute: Arc::new(move |snapshot: &Snapshot, group: &[String]| {
+                function.compute_group(snapshot, group)
+            }),
+        });
         Ok(Arc::new(table))
     }
 }

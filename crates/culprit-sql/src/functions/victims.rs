@@ -45,10 +45,26 @@ impl TableFunction for Victims {
     }
 
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows> {
+        Self::rows(snapshot, &self.opts)
+    }
+
+    fn by_groups(&self) -> Option<(i64, i64)> {
+        Some(culprit_core::method::window(&self.opts))
+    }
+
+    fn compute_group(&self, snapshot: &Snapshot, group: &[String]) -> Result<Rows> {
+        let opts = BlameOptions {
+            within: Some(group.to_vec()),
+            ..self.opts.clone()
+        };
+        Self::rows(snapshot, &opts)
+    }
+}
+
+impl Victims {
+    fn rows(snapshot: &Snapshot, opts: &BlameOptions) -> Result<Rows> {
         let ds = &snapshot.ds;
-        let rows = snapshot
-            .victims(&self.opts)
-            .map_err(in_function(Self::NAME))?;
+        let rows = snapshot.victims(opts).map_err(in_function(Self::NAME))?;
         let mut out = Out::new(Self::schema(), rows.len());
         for r in rows {
             out.row(vec![
