@@ -3,8 +3,8 @@
 //! (read, check, dedup, lay out per host bucket, encode, commit).
 //!
 //! Target: at least as fast as a plain DuckDB copy of the same Parquet
-//! files (`benches/duckdb/copy.py`), in memory bounded whatever the input's
-//! size (under 512 MiB). The whole-process figures (time and peak memory,
+//! files (`benches/duckdb/copy_parquet.py`), in memory bounded whatever
+//! the input's size (under 512 MiB). The whole-process figures (time and peak memory,
 //! at 1e6 and 5e6 tasks, with DuckDB's in the same run) are in
 //! docs/performance.md; this bench runs in seconds: 1e5 tasks on 50 hosts
 //! (1.2e6 window rows, about 36 MB of Parquet), `CULPRIT_BENCH_INGEST_TASKS`

@@ -5,7 +5,7 @@ table, into zstd Parquet files (culprit writes zstd too), on every core.
 
     pip install duckdb
     culprit generate --out /tmp/g1e6 --tasks 1000000 --hosts 500
-    python3 benches/duckdb/copy.py /tmp/g1e6 [OUT]
+    python3 benches/duckdb/copy_parquet.py /tmp/g1e6 [OUT]
 
 OUT (default: a new temporary folder) gets the copies; it is removed at the
 end unless given.
