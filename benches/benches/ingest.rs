@@ -7,10 +7,10 @@
 //! the input's size (under 512 MiB). The whole-process figures (time and peak memory,
 //! at 1e6 and 5e6 tasks, with DuckDB's in the same run) are in
 //! docs/performance.md; this bench runs in seconds: 1e5 tasks on 50 hosts
-//! (1.2e6 window rows, about 36 MB of Parquet), `CULPRIT_BENCH_INGEST_TASKS`
+//! (1.2e6 window rows, about 40 MB of Parquet), `CULPRIT_BENCH_INGEST_TASKS`
 //! for another size.
 //!
-//! Run: `cargo bench -p culprit-benches --bench ingest`.
+//! Run: `cargo bench --workspace --bench ingest`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use culprit_core::Table;
