@@ -1,13 +1,14 @@
 //! One ingest: read every source, check every row, write the good rows and
 //! commit them as one batch.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use culprit_core::Table;
 use culprit_store::{PendingBatch, Store};
+use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::error::{IngestError, Result};
@@ -17,10 +18,13 @@ use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
 use crate::trino;
-use crate::validate::{self, BatchDuplicates, Known};
+use crate::validate::{self, BatchDuplicates, Known, Place};
 
-/// Rows buffered per table before they are written out as a Parquet file.
-const FLUSH_ROWS: usize = 1 << 20;
+/// Bytes of checked rows buffered per table before they are written out
+/// (the unit of the streaming ingest: memory holds about this much per
+/// table being read, whatever the input's size; window rows are written in
+/// files of this part of the input per host bucket).
+const FLUSH_BYTES: usize = 32 << 20;
 
 /// The default cap on what one compressed file (or zip archive) may
 /// decode to: 1 GiB. A real Spark event log is far smaller (the largest of
@@ -179,10 +183,11 @@ pub async fn ingest(
 
     let (files, bytes) = total_size(&work, &logs);
     progress.start(files, bytes);
-    let mut pending = store.begin();
     let mut ctx = Ctx {
         store,
-        pending: &mut pending,
+        pending: Some(store.begin()),
+        in_flight: None,
+        to_note: Vec::new(),
         manifest: &manifest,
         known: &mut known,
         report: &mut report,
@@ -194,6 +199,8 @@ pub async fn ingest(
         host_opts: &opts.host_metrics,
     };
     let read = ctx.read_all(work, logs).await;
+    let (pending, written) = ctx.land().await;
+    let read = read.and(written);
     progress.finish();
     end_batch(pending, read, opts, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
@@ -249,10 +256,10 @@ async fn index_stored(
     }
     if tables.contains(&Table::Tasks) || tables.contains(&Table::TaskWindows) {
         let cols = ["task_id", "launch_time", "finish_time", "ready_time"];
-        let stored = store
-            .read_table(manifest, Table::Tasks, Some(&cols))
-            .await?;
-        validate::index_tasks(&stored, &mut known);
+        let mut stored = store.scan_table(manifest, Table::Tasks, Some(&cols));
+        while let Some(batch) = stored.try_next().await? {
+            validate::index_tasks(std::slice::from_ref(&batch), &mut known);
+        }
     }
     // Every other keyed table (tasks' keys are indexed with their runs).
     let keyed = Table::ALL
@@ -260,8 +267,10 @@ async fn index_stored(
         .filter(|t| *t != Table::Tasks && !t.key_columns().is_empty());
     for t in keyed {
         if tables.contains(&t) {
-            let stored = store.read_table(manifest, t, Some(t.key_columns())).await?;
-            validate::index_keys(t, &stored, &mut known);
+            let mut stored = store.scan_table(manifest, t, Some(t.key_columns()));
+            while let Some(batch) = stored.try_next().await? {
+                validate::index_keys(t, std::slice::from_ref(&batch), &mut known);
+            }
         }
     }
     Ok(known)
@@ -305,6 +314,18 @@ async fn end_batch(
     Ok(())
 }
 
+/// Checked rows of one table waiting to be written.
+#[derive(Default)]
+struct Buffer {
+    batches: Vec<RecordBatch>,
+    /// Per batch, where its rows came from (window tables only).
+    places: Vec<Vec<Place>>,
+    /// Per batch, how a window identity seen before in this ingest is
+    /// treated.
+    modes: Vec<BatchDuplicates>,
+    bytes: usize,
+}
+
 /// What became of a candidate event log.
 enum LogOutcome {
     Parsed,
@@ -315,12 +336,19 @@ enum LogOutcome {
 /// The state of one ingest while it reads its inputs.
 struct Ctx<'a> {
     store: &'a Store,
-    pending: &'a mut PendingBatch,
+    /// The batch, when no write is in flight.
+    pending: Option<PendingBatch>,
+    /// The write of the rows read before: it holds the batch until done,
+    /// while the next rows are read and checked (both cores busy).
+    in_flight: Option<tokio::task::JoinHandle<(PendingBatch, Result<()>)>>,
+    /// Tasks accepted while a write was in flight, to note in the batch
+    /// (their hosts' buckets) before its next write.
+    to_note: Vec<RecordBatch>,
     manifest: &'a culprit_store::Manifest,
     known: &'a mut Known,
     report: &'a mut IngestReport,
     progress: &'a dyn Progress,
-    buffered: BTreeMap<Table, (Vec<RecordBatch>, usize)>,
+    buffered: BTreeMap<Table, Buffer>,
     seen_keys: HashSet<String>,
     /// `IngestOptions::max_decoded_bytes`, as a size on this machine.
     max_decoded: usize,
@@ -344,9 +372,9 @@ impl Ctx<'_> {
         file: &str,
         duplicates: BatchDuplicates,
         locate: &dyn Fn(Origin) -> (String, String),
-    ) -> Result<()> {
+    ) -> Result<bool> {
         if raw.len() == 0 && raw.unreadable.is_empty() && duplicates == BatchDuplicates::Skip {
-            return Ok(()); // a log with nothing for this table
+            return Ok(true); // a log with nothing for this table
         }
         let checked = match validate::check(table, raw, file, self.known, duplicates) {
             Ok(c) => c,
@@ -361,7 +389,7 @@ impl Ctx<'_> {
                     location: None,
                     reason,
                 });
-                return Ok(());
+                return Ok(false);
             }
         };
         self.report.already_stored += checked.already_stored;
@@ -376,49 +404,114 @@ impl Ctx<'_> {
         if table == Table::Tasks {
             // Window rows may be flushed before these tasks: they are written
             // bucket by bucket, by their task's host.
-            self.pending.note_tasks(&checked.batch);
+            self.to_note.push(checked.batch.clone());
         }
         let entry = self.buffered.entry(table).or_default();
-        entry.1 += checked.batch.num_rows();
-        entry.0.push(checked.batch);
-        if entry.1 >= FLUSH_ROWS {
-            let (batches, _) = std::mem::take(entry);
-            self.write(table, batches).await?;
+        entry.bytes += checked.batch.get_array_memory_size();
+        entry.batches.push(checked.batch);
+        entry.places.push(checked.places);
+        entry.modes.push(duplicates);
+        if entry.bytes >= FLUSH_BYTES {
+            let buffer = std::mem::take(entry);
+            self.write(table, buffer).await?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Writes checked rows of a table to the batch; window rows whose
-    /// identity is already stored are dropped first.
-    async fn write(&mut self, table: Table, batches: Vec<RecordBatch>) -> Result<()> {
+    /// identity is already stored, or was written earlier in this batch,
+    /// are dropped first.
+    async fn write(&mut self, table: Table, buffer: Buffer) -> Result<()> {
         let batches = if identity::columns(table).is_empty() {
-            batches
+            buffer.batches
         } else {
-            self.drop_stored_windows(table, batches).await?
+            self.drop_duplicate_windows(table, buffer).await?
         };
-        self.pending.write(table, &batches).await?;
+        let mut pending = self.pending().await?;
+        self.in_flight = Some(tokio::spawn(async move {
+            let written = pending
+                .write_owned(table, batches)
+                .await
+                .map_err(IngestError::from);
+            (pending, written)
+        }));
         Ok(())
     }
 
-    /// Drops the window rows whose identity ([`identity`]) a stored row has
-    /// (counted as already stored, the stored row standing). Only the
-    /// stored files whose windows overlap these rows' are read, and of
-    /// them only the identity columns, one decoded batch at a time: memory
-    /// holds these rows' digests, not the stored table's.
-    async fn drop_stored_windows(
+    /// The batch, once the write in flight is done (its error, if any,
+    /// returned), with the tasks accepted since noted.
+    async fn pending(&mut self) -> Result<PendingBatch> {
+        let (mut pending, written) = self.land().await;
+        let notes = std::mem::take(&mut self.to_note);
+        for tasks in &notes {
+            pending.note_tasks(tasks);
+        }
+        match written {
+            Ok(()) => Ok(pending),
+            Err(e) => {
+                self.pending = Some(pending);
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits for the write in flight: the batch and how the write went.
+    async fn land(&mut self) -> (PendingBatch, Result<()>) {
+        let Some(job) = self.in_flight.take() else {
+            return (self.pending.take().expect("the batch is here"), Ok(()));
+        };
+        match job.await {
+            Ok(done) => done,
+            // A panicked write: the batch is gone with it; its files are
+            // unlisted (invisible) and the ingest fails.
+            Err(e) => (
+                self.store.begin(),
+                Err(IngestError::Store(culprit_store::StoreError::Worker(
+                    e.to_string(),
+                ))),
+            ),
+        }
+    }
+
+    /// The batch in place (no write in flight), for a call on it.
+    async fn batch(&mut self) -> Result<&mut PendingBatch> {
+        let pending = self.pending().await?;
+        Ok(self.pending.insert(pending))
+    }
+
+    /// Drops the window rows whose identity ([`identity`]) another row
+    /// has: an earlier row of these (the same row twice in the input), a
+    /// row this batch wrote already, both rejected as duplicates (skipped,
+    /// for logs read twice), or a stored row (counted as already stored,
+    /// the stored row standing). Of the files written and stored, only
+    /// those whose windows overlap these rows' are read, only their row
+    /// groups that overlap, and of them only the identity columns, one
+    /// decoded batch at a time: memory holds these rows' digests, not the
+    /// batch's nor the stored table's.
+    async fn drop_duplicate_windows(
         &mut self,
         table: Table,
-        batches: Vec<RecordBatch>,
+        buffer: Buffer,
     ) -> Result<Vec<RecordBatch>> {
         use arrow::array::{AsArray, BooleanArray};
         use arrow::datatypes::TimestampMicrosecondType;
-        use futures::TryStreamExt;
+        let Buffer {
+            batches,
+            places,
+            modes,
+            ..
+        } = buffer;
         let mut span: Option<(i64, i64)> = None;
-        let mut ours: HashMap<u128, (usize, usize)> = HashMap::new();
+        // Every row's digest with its place, sorted: 24 bytes a row (a
+        // hash map would take about three times as much).
+        let mut ours: Vec<((u64, u64), u32, u32)> =
+            Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
+        let mut keep: Vec<Vec<bool>> = batches.iter().map(|b| vec![true; b.num_rows()]).collect();
         for (b, batch) in batches.iter().enumerate() {
             let ids = identity::Identities::of_batch(table, batch);
             for i in 0..batch.num_rows() {
-                ours.insert(ids.digest(i), (b, i));
+                let d = ids.digest(i);
+                ours.push((((d >> 64) as u64, d as u64), b as u32, i as u32));
             }
             let time = |c: &str| {
                 batch
@@ -431,32 +524,93 @@ impl Ctx<'_> {
                 span = Some(span.map_or((first, last), |(a, z)| (a.min(first), z.max(last))));
             }
         }
+        ours.sort_unstable();
+        // The same identity twice in these rows: the later ones are
+        // duplicates of the first (reported in the order of the input).
+        let mut dups: Vec<(u32, u32, u32, u32)> = Vec::new();
+        ours.dedup_by(|later, first| {
+            let same = later.0 == first.0;
+            if same {
+                dups.push((later.1, later.2, first.1, first.2));
+            }
+            same
+        });
+        dups.sort_unstable();
+        for (b, i, fb, fi) in dups {
+            let (b, i) = (b as usize, i as usize);
+            keep[b][i] = false;
+            let first = self.known.show(places[fb as usize][fi as usize]);
+            let shown = identity::Identities::of_batch(table, &batches[b]).show(i);
+            self.duplicate_window(modes[b], places[b][i], &shown, &first);
+        }
+        let find = |ours: &[((u64, u64), u32, u32)], d: u128| {
+            let key = ((d >> 64) as u64, d as u64);
+            ours.binary_search_by_key(&key, |e| e.0)
+                .ok()
+                .map(|at| (ours[at].1 as usize, ours[at].2 as usize))
+        };
         let Some((first, last)) = span else {
             return Ok(batches);
         };
-        let files: Vec<_> = self
+        // Rows this batch wrote already (from earlier parts of the input).
+        let written: Vec<_> = self
+            .batch()
+            .await?
+            .written()
+            .iter()
+            .filter(|f| f.table == table.name() && f.may_overlap(first, last))
+            .cloned()
+            .collect();
+        let mut rows =
+            self.store
+                .scan_overlapping(written, Some(identity::columns(table)), first, last);
+        let mut left = ours.len();
+        while let Some(found) = rows.try_next().await? {
+            let ids = identity::Identities::of_batch(table, &found);
+            for i in 0..found.num_rows() {
+                if let Some((b, r)) = find(&ours, ids.digest(i)) {
+                    if keep[b][r] {
+                        keep[b][r] = false;
+                        left -= 1;
+                        let shown = identity::Identities::of_batch(table, &batches[b]).show(r);
+                        self.duplicate_window(
+                            modes[b],
+                            places[b][r],
+                            &shown,
+                            "an earlier row of this ingest",
+                        );
+                    }
+                }
+            }
+        }
+        // Stored rows.
+        let stored: Vec<_> = self
             .manifest
             .files_of(table)
             .filter(|f| f.may_overlap(first, last))
             .cloned()
             .collect();
-        if files.is_empty() {
-            return Ok(batches);
-        }
-        let mut keep: Vec<Vec<bool>> = batches.iter().map(|b| vec![true; b.num_rows()]).collect();
-        let mut stored = self.store.scan_files(files, Some(identity::columns(table)));
-        while let Some(rows) = stored.try_next().await? {
-            let ids = identity::Identities::of_batch(table, &rows);
-            for i in 0..rows.num_rows() {
-                if let Some((b, r)) = ours.remove(&ids.digest(i)) {
-                    keep[b][r] = false;
-                    self.report.already_stored += 1;
+        if !stored.is_empty() && left > 0 {
+            let mut rows =
+                self.store
+                    .scan_overlapping(stored, Some(identity::columns(table)), first, last);
+            while let Some(found) = rows.try_next().await? {
+                let ids = identity::Identities::of_batch(table, &found);
+                for i in 0..found.num_rows() {
+                    if let Some((b, r)) = find(&ours, ids.digest(i)) {
+                        if keep[b][r] {
+                            keep[b][r] = false;
+                            left -= 1;
+                            self.report.already_stored += 1;
+                        }
+                    }
+                }
+                if left == 0 {
+                    break;
                 }
             }
-            if ours.is_empty() {
-                break;
-            }
         }
+        drop(ours);
         batches
             .into_iter()
             .zip(keep)
@@ -469,6 +623,19 @@ impl Ctx<'_> {
                     .map_err(|e| IngestError::Store(e.into()))
             })
             .collect()
+    }
+
+    /// A window row whose identity an earlier row of this ingest has: a
+    /// rejection naming the first, or (a log read twice) a skip.
+    fn duplicate_window(&mut self, mode: BatchDuplicates, at: Place, shown: &str, first: &str) {
+        match mode {
+            BatchDuplicates::Skip => self.report.already_stored += 1,
+            BatchDuplicates::Reject => self.report.rejected.push(Rejection {
+                file: self.known.files[at.0 as usize].clone(),
+                location: Some(at.1.to_string()),
+                reason: format!("duplicate window '{shown}' (first at {first})"),
+            }),
+        }
     }
 
     /// Reads the interchange files, then the event logs, then writes what
@@ -498,21 +665,33 @@ impl Ctx<'_> {
             BatchDuplicates::Skip,
             &locate,
         )
-        .await
+        .await?;
+        Ok(())
     }
 
     async fn flush_all(&mut self) -> Result<()> {
-        for (table, (batches, _)) in std::mem::take(&mut self.buffered) {
-            self.write(table, batches).await?;
+        for (table, buffer) in std::mem::take(&mut self.buffered) {
+            self.write(table, buffer).await?;
         }
         Ok(())
     }
 
-    /// Interchange files (Parquet, CSV, JSON lines).
+    /// Interchange files (Parquet, CSV, JSON lines). A Parquet file is
+    /// read a chunk of rows at a time (decoded on a thread of its own while
+    /// the chunk before is checked and written), the others whole.
     async fn read_files(&mut self, work: Vec<TableFile>) -> Result<()> {
         for (table, format, src) in work {
-            let bytes = src.read().await?;
-            let key = hex::encode(Sha256::digest(&bytes));
+            let local = match format {
+                Format::Parquet => src.local_digest().await?,
+                _ => None,
+            };
+            let (key, bytes) = match local {
+                Some(key) => (key, None),
+                None => {
+                    let bytes = src.read().await?;
+                    (hex::encode(Sha256::digest(&bytes)), Some(bytes))
+                }
+            };
             self.progress.advance(&src.name, src.size);
             if self.duplicate(&key) {
                 self.report.duplicate_files += 1;
@@ -520,24 +699,86 @@ impl Ctx<'_> {
             }
             self.seen_keys.insert(key.clone());
             self.report.files += 1;
-            let raw = match formats::read(format, bytes) {
-                Ok(raw) => raw,
-                Err(reason) => {
-                    self.report.rejected.push(Rejection {
-                        file: src.name.clone(),
-                        location: None,
-                        reason,
-                    });
-                    continue;
-                }
+            let read = match (format, bytes) {
+                (Format::Parquet, bytes) => self.read_parquet(table, &src, bytes).await?,
+                (_, Some(bytes)) => match formats::read(format, bytes) {
+                    Ok(raw) => {
+                        let name = src.name.clone();
+                        let locate = |o: Origin| (name.clone(), o.to_string());
+                        self.add_rows(table, raw, &src.name, BatchDuplicates::Reject, &locate)
+                            .await?;
+                        Ok(())
+                    }
+                    Err(reason) => Err(reason),
+                },
+                (_, None) => unreachable!("only Parquet files are read in chunks"),
             };
-            self.pending.add_source(key, src.name.clone());
-            let name = src.name.clone();
-            let locate = |o: Origin| (name.clone(), o.to_string());
-            self.add_rows(table, raw, &src.name, BatchDuplicates::Reject, &locate)
-                .await?;
+            match read {
+                Ok(()) => self.batch().await?.add_source(key, src.name.clone()),
+                Err(reason) => self.report.rejected.push(Rejection {
+                    file: src.name.clone(),
+                    location: None,
+                    reason,
+                }),
+            }
         }
         Ok(())
+    }
+
+    /// A Parquet file, chunk by chunk: `Err` with the reason when it cannot
+    /// be read (the rows of the chunks before a corrupt one are kept: each
+    /// row stands on its own; the file is not recorded as ingested, so it
+    /// can be ingested again once repaired, and the rows stored then are
+    /// skipped by their keys and identities). A file whose columns are
+    /// wrong is rejected by the first chunk's check (reported by
+    /// `add_rows`), and reading stops.
+    async fn read_parquet(
+        &mut self,
+        table: Table,
+        src: &SourceFile,
+        bytes: Option<bytes::Bytes>,
+    ) -> Result<std::result::Result<(), String>> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let path = src.local_path().map(|p| p.to_path_buf());
+        std::thread::spawn(move || {
+            let chunks = match (path, bytes) {
+                (_, Some(bytes)) => formats::ParquetChunks::open(bytes),
+                (Some(path), None) => std::fs::File::open(&path)
+                    .map_err(|e| format!("cannot read: {e}"))
+                    .and_then(formats::ParquetChunks::open),
+                (None, None) => Err("no bytes to read".to_string()),
+            };
+            let chunks = match chunks {
+                Ok(chunks) => chunks,
+                Err(reason) => {
+                    let _ = tx.blocking_send(Err(reason));
+                    return;
+                }
+            };
+            for chunk in chunks {
+                let stop = chunk.is_err();
+                if tx.blocking_send(chunk).is_err() || stop {
+                    break;
+                }
+            }
+        });
+        let name = src.name.clone();
+        let locate = |o: Origin| (name.clone(), o.to_string());
+        while let Some(chunk) = rx.recv().await {
+            let raw = match chunk {
+                Ok(raw) => raw,
+                Err(reason) => return Ok(Err(reason)),
+            };
+            if !self
+                .add_rows(table, raw, &src.name, BatchDuplicates::Reject, &locate)
+                .await?
+            {
+                // Rejected whole (and reported by `add_rows`), as a file
+                // read whole is: no more chunks.
+                return Ok(Ok(()));
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// Spark event logs: each is decoded, parsed and translated into rows.
@@ -592,7 +833,7 @@ impl Ctx<'_> {
             // can be ingested again (say with --table).
             if parsed {
                 self.seen_keys.insert(key.clone());
-                self.pending.add_source(key, log.name.clone());
+                self.batch().await?.add_source(key, log.name.clone());
             }
             if ignored {
                 self.report.files -= files.min(self.report.files);

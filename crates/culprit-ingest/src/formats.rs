@@ -108,6 +108,106 @@ fn read_parquet_unguarded(bytes: Bytes) -> Result<RawRows, String> {
     })
 }
 
+/// Rows per chunk of a Parquet file read in chunks.
+pub const CHUNK_ROWS: usize = 64 << 10;
+
+/// A Parquet file read a chunk of rows at a time (at most
+/// [`CHUNK_ROWS`]), so memory holds a chunk, not the file's rows. Each
+/// chunk's origins count rows from the start of the file. A panic of the
+/// Parquet reader on corrupt data is an error like any other.
+pub struct ParquetChunks {
+    reader: parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+    schema: arrow::datatypes::SchemaRef,
+    names: Vec<String>,
+    /// Rows returned so far.
+    pub rows: u64,
+    /// Whether a chunk was returned (a file without rows gives one empty
+    /// chunk, so that its columns are checked like any file's).
+    started: bool,
+}
+
+impl ParquetChunks {
+    /// Opens a Parquet file (its bytes, or a local file) for chunked reading.
+    pub fn open<T: parquet::file::reader::ChunkReader + 'static>(
+        input: T,
+    ) -> Result<ParquetChunks, String> {
+        let open = || {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(input)
+                .map_err(|e| format!("not a readable Parquet file: {e}"))?
+                .with_batch_size(CHUNK_ROWS)
+                .build()
+                .map_err(|e| e.to_string())?;
+            let names = reader
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().to_ascii_lowercase())
+                .collect();
+            Ok(ParquetChunks {
+                schema: reader.schema(),
+                reader,
+                names,
+                rows: 0,
+                started: false,
+            })
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(open))
+            .unwrap_or_else(|panic| Err(corrupt(panic)))
+    }
+}
+
+impl Iterator for ParquetChunks {
+    type Item = Result<RawRows, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let reader = &mut self.reader;
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next()))
+            .unwrap_or_else(|panic| {
+                Some(Err(arrow::error::ArrowError::ExternalError(
+                    corrupt(panic).into(),
+                )))
+            });
+        let started = std::mem::replace(&mut self.started, true);
+        let next = match next {
+            Some(next) => next,
+            None if started => return None,
+            None => Ok(RecordBatch::new_empty(self.schema.clone())),
+        };
+        let batch = match next {
+            Ok(b) => b,
+            Err(e) => {
+                return Some(Err(format!(
+                    "Parquet read error after row {}: {e}",
+                    self.rows
+                )))
+            }
+        };
+        let first = self.rows;
+        self.rows += batch.num_rows() as u64;
+        let columns = self
+            .names
+            .iter()
+            .cloned()
+            .zip(batch.columns().iter().cloned())
+            .collect();
+        Some(Ok(RawRows {
+            columns,
+            origins: (first + 1..=self.rows).map(Origin::Row).collect(),
+            unreadable: Vec::new(),
+        }))
+    }
+}
+
+/// The reason for a panic of the Parquet reader.
+fn corrupt(panic: Box<dyn std::any::Any + Send>) -> String {
+    let why = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic in the Parquet reader");
+    format!("not a readable Parquet file (corrupt data: {why})")
+}
+
 fn read_csv(bytes: &[u8]) -> Result<RawRows, String> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)

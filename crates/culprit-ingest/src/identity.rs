@@ -36,6 +36,23 @@ pub fn columns(table: Table) -> &'static [&'static str] {
     }
 }
 
+/// The digest of a key (the values of a table's key columns, or a task
+/// id): two SipHash-1-3 of the values, length-prefixed, as for identities.
+/// In-memory only.
+pub fn key_digest(values: &[&str]) -> (u64, u64) {
+    let (mut a, mut b) = (DefaultHasher::new(), DefaultHasher::new());
+    a.write_u8(0x3c);
+    b.write_u8(0xc3);
+    for v in values {
+        let len = (v.len() as u64).to_le_bytes();
+        a.write(&len);
+        b.write(&len);
+        a.write(v.as_bytes());
+        b.write(v.as_bytes());
+    }
+    (a.finish(), b.finish())
+}
+
 /// One identity column, as read.
 enum Part<'a> {
     Text(Option<&'a StringArray>),

@@ -42,6 +42,42 @@ impl SourceFile {
         }
     }
 
+    /// The file's path when it is a local file (read in chunks, never whole).
+    pub fn local_path(&self) -> Option<&FsPath> {
+        match &self.loc {
+            Loc::Local(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The hex SHA-256 of a local file's bytes, read 1 MiB at a time (on
+    /// the blocking pool): memory holds a buffer, not the file.
+    pub async fn local_digest(&self) -> Result<Option<String>> {
+        use sha2::{Digest, Sha256};
+        use std::io::Read;
+        let Some(path) = self.local_path().map(FsPath::to_path_buf) else {
+            return Ok(None);
+        };
+        let name = self.name.clone();
+        let digest = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+            let mut file = std::fs::File::open(&path)?;
+            let mut hasher = Sha256::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
+            Ok(hex::encode(hasher.finalize()))
+        })
+        .await
+        .map_err(|e| source_err(&name, format!("cannot read: {e}")))?
+        .map_err(|e| source_err(&name, format!("cannot read: {e}")))?;
+        Ok(Some(digest))
+    }
+
     /// Reads the whole file.
     pub async fn read(&self) -> Result<Bytes> {
         match &self.loc {

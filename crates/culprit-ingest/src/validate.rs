@@ -12,29 +12,100 @@ use culprit_core::{ColumnKind, Resource, Table};
 use crate::convert::convert;
 use crate::formats::{Origin, RawRows};
 
-/// The run of a task, for checking its windows.
+/// A digest of a key or task id ([`crate::identity::key_digest`]).
+pub type Key = (u64, u64);
+
+/// A task this ingest knows (stored, or accepted earlier in it): its run,
+/// for checking its windows, and where it was accepted, for the message
+/// of a duplicate. 40 bytes: one map entry per task is what memory grows
+/// by with the number of tasks.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskSpan {
     pub launch: i64,
     pub finish: i64,
-    pub ready: Option<i64>,
+    /// `i64::MIN`: no ready time.
+    ready: i64,
+    /// The file ([`Known::files`]) that gave it, `u32::MAX` for a stored task.
+    file: u32,
+    /// Its place in that file ([`pack`]).
+    origin: u64,
 }
 
+impl TaskSpan {
+    pub fn ready(&self) -> Option<i64> {
+        (self.ready != i64::MIN).then_some(self.ready)
+    }
+
+    fn stored(launch: i64, finish: i64, ready: Option<i64>) -> TaskSpan {
+        TaskSpan {
+            launch,
+            finish,
+            ready: ready.unwrap_or(i64::MIN),
+            file: u32::MAX,
+            origin: 0,
+        }
+    }
+
+    /// Where this ingest accepted it (`None`: stored before).
+    fn place(&self) -> Option<Place> {
+        (self.file != u32::MAX).then(|| (self.file, unpack(self.origin)))
+    }
+}
+
+/// An origin in 64 bits (the top bit says a line).
+fn pack(o: Origin) -> u64 {
+    match o {
+        Origin::Line(n) => n | 1 << 63,
+        Origin::Row(n) => n & !(1 << 63),
+    }
+}
+
+fn unpack(v: u64) -> Origin {
+    if v >> 63 == 1 {
+        Origin::Line(v & !(1 << 63))
+    } else {
+        Origin::Row(v)
+    }
+}
+
+/// Where a row came from: an index into [`Known::files`] and its place in
+/// that file.
+pub type Place = (u32, Origin);
+
 /// What is known before a file is checked: tasks and keys already stored,
-/// and those accepted earlier in this batch.
+/// and those accepted earlier in this batch. Ids and keys are held as
+/// 128-bit digests ([`crate::identity::key_digest`]), not as text, so
+/// memory grows by a few dozen bytes per task, not by its text.
 #[derive(Default)]
 pub struct Known {
-    pub tasks: HashMap<String, TaskSpan>,
-    /// Keys already stored, per table.
-    pub stored_keys: HashMap<Table, HashSet<String>>,
-    /// Keys accepted earlier in this batch: where they came from.
-    pub batch_keys: HashMap<Table, HashMap<String, String>>,
-    /// Digests of the window identities accepted earlier in this batch
-    /// ([`crate::identity`]), with where they came from: an index into
-    /// `files` and the row's place in it.
-    pub batch_windows: HashMap<Table, HashMap<u128, (u32, Origin)>>,
-    /// The files named by `batch_windows`.
+    /// The tasks stored or accepted, by digest of their id (the key of
+    /// `tasks`, so the tasks table's keys are checked here).
+    pub tasks: HashMap<Key, TaskSpan>,
+    /// Keys already stored, per table (but tasks).
+    pub stored_keys: HashMap<Table, HashSet<Key>>,
+    /// Keys accepted earlier in this batch (but tasks): where they came from.
+    pub batch_keys: HashMap<Table, HashMap<Key, Place>>,
+    /// The files named by places.
     pub files: Vec<String>,
+    file_index: HashMap<String, u32>,
+}
+
+impl Known {
+    /// The index of `file` in [`Known::files`] (added if new).
+    pub fn file(&mut self, file: &str) -> u32 {
+        if let Some(i) = self.file_index.get(file) {
+            return *i;
+        }
+        let i = self.files.len() as u32;
+        self.files.push(file.to_string());
+        self.file_index.insert(file.to_string(), i);
+        i
+    }
+
+    /// A place as shown in messages: `file:line 3`.
+    pub fn show(&self, place: Place) -> String {
+        format!("{}:{}", self.files[place.0 as usize], place.1)
+    }
 }
 
 /// The outcome of checking one file.
@@ -43,6 +114,9 @@ pub struct Checked {
     pub rejected: Vec<(Origin, String)>,
     /// Rows whose key is already stored: skipped, not an error.
     pub already_stored: usize,
+    /// Where each row of `batch` came from (window tables only, for the
+    /// identity check when they are written; empty for the others).
+    pub places: Vec<Place>,
 }
 
 /// How to treat a key seen earlier in the same batch.
@@ -80,29 +154,28 @@ pub fn check(
     if table == Table::TaskWindows {
         check_windows_in_tasks(&view, rows, known, &mut reasons);
     }
-    let mut already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
-    check_window_identities(
-        &view,
-        &raw,
-        file,
-        known,
-        duplicates,
-        &mut reasons,
-        &mut already,
-    );
+    let already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
 
     let keep: BooleanArray = (0..rows)
         .map(|i| Some(reasons.accepts(i) && !already[i]))
         .collect();
+    // Window identities are checked when the rows are written (the
+    // driver's `drop_duplicate_windows`): they need where each row is from.
+    let places = if crate::identity::columns(table).is_empty() {
+        Vec::new()
+    } else {
+        let f = known.file(file);
+        (0..rows)
+            .filter(|&i| reasons.accepts(i) && !already[i])
+            .map(|i| (f, raw.origins[i]))
+            .collect()
+    };
     let columns = columns
         .iter()
         .map(|c| filter(c, &keep))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| e.to_string())?;
-    if table == Table::Tasks {
-        remember_tasks(&batch, known);
-    }
 
     let mut rejected: Vec<(Origin, String)> = raw.unreadable;
     rejected.extend(
@@ -116,6 +189,7 @@ pub fn check(
         batch,
         rejected,
         already_stored: already.iter().filter(|a| **a).count(),
+        places,
     })
 }
 
@@ -257,18 +331,28 @@ fn check_windows_in_tasks(columns: &Columns, rows: usize, known: &Known, reasons
         columns.time("window_start"),
         columns.time("window_end"),
     );
+    // Consecutive rows usually name the same task: looked up once.
+    let mut last: Option<(&str, Option<&TaskSpan>)> = None;
     for i in 0..rows {
         if !reasons.accepts(i) {
             continue;
         }
         let id = ids.value(i);
-        let Some(span) = known.tasks.get(id) else {
+        let span = match last {
+            Some((l, span)) if l == id => span,
+            _ => {
+                let span = known.tasks.get(&crate::identity::key_digest(&[id]));
+                last = Some((id, span));
+                span
+            }
+        };
+        let Some(span) = span else {
             reasons.reject(i, format!("unknown task id '{id}'"));
             continue;
         };
         let (start, end) = (starts.value(i), ends.value(i));
         if resources.value(i) == "slots" {
-            match span.ready {
+            match span.ready() {
                 Some(ready) if start >= ready && end <= span.launch => {}
                 Some(_) => reasons.reject(
                     i,
@@ -308,100 +392,91 @@ fn check_keys(
         return already;
     }
     let parts: Vec<&StringArray> = key_columns.iter().map(|c| columns.text(c)).collect();
+    let f = known.file(file);
+    if table == Table::Tasks {
+        check_task_keys(
+            columns,
+            parts[0],
+            raw,
+            f,
+            known,
+            duplicates,
+            reasons,
+            &mut already,
+        );
+        return already;
+    }
     let stored = known.stored_keys.entry(table).or_default();
     let seen = known.batch_keys.entry(table).or_default();
+    let mut values: Vec<&str> = Vec::with_capacity(parts.len());
     for (i, already_stored) in already.iter_mut().enumerate() {
         if !reasons.accepts(i) {
             continue;
         }
-        let key = parts
-            .iter()
-            .map(|p| p.value(i))
-            .collect::<Vec<_>>()
-            .join("\u{1f}");
+        values.clear();
+        values.extend(parts.iter().map(|p| p.value(i)));
+        let key = crate::identity::key_digest(&values);
         if stored.contains(&key) || (duplicates == BatchDuplicates::Skip && seen.contains_key(&key))
         {
             *already_stored = true;
         } else if let Some(first) = seen.get(&key) {
-            let shown = key.replace('\u{1f}', "/");
+            let shown = values.join("/");
+            let first = format!("{}:{}", known.files[first.0 as usize], first.1);
             reasons.reject(i, format!("duplicate key '{shown}' (first at {first})"));
         } else {
-            seen.insert(key, format!("{file}:{}", raw.origins[i]));
+            seen.insert(key, (f, raw.origins[i]));
         }
     }
     already
 }
 
-/// Checks the identities of window rows not rejected against those accepted
-/// earlier in this batch: the same identity again is an error naming the
-/// first (or, with [`BatchDuplicates::Skip`], a skip counted as already
-/// stored), as for keys. Identities already stored are looked for when the
-/// rows are written (the driver's `drop_stored_windows`).
-fn check_window_identities(
+/// [`check_keys`] of tasks: their ids against the tasks known; a new
+/// task is remembered with its run, for the windows of later files.
+#[allow(clippy::too_many_arguments)]
+fn check_task_keys(
     columns: &Columns,
+    ids: &StringArray,
     raw: &RawRows,
-    file: &str,
+    f: u32,
     known: &mut Known,
     duplicates: BatchDuplicates,
     reasons: &mut Reasons,
     already: &mut [bool],
 ) {
-    let table = columns.table;
-    if crate::identity::columns(table).is_empty() {
-        return;
-    }
-    let ids = crate::identity::Identities::new(table, |name| {
-        table.column_index(name).map(|i| &columns.arrays[i])
-    });
-    let file_index = match known.files.iter().position(|f| f == file) {
-        Some(i) => i,
-        None => {
-            known.files.push(file.to_string());
-            known.files.len() - 1
-        }
-    } as u32;
-    let seen = known.batch_windows.entry(table).or_default();
-    for (i, skip) in already.iter_mut().enumerate() {
-        if !reasons.accepts(i) || *skip {
+    use std::collections::hash_map::Entry;
+    let (launch, finish, ready) = (
+        columns.time("launch_time"),
+        columns.time("finish_time"),
+        columns.time("ready_time"),
+    );
+    for (i, already_stored) in already.iter_mut().enumerate() {
+        if !reasons.accepts(i) {
             continue;
         }
-        let digest = ids.digest(i);
-        match seen.get(&digest) {
-            None => {
-                seen.insert(digest, (file_index, raw.origins[i]));
+        let id = ids.value(i);
+        match known.tasks.entry(crate::identity::key_digest(&[id])) {
+            Entry::Vacant(e) => {
+                e.insert(TaskSpan {
+                    launch: launch.value(i),
+                    finish: finish.value(i),
+                    ready: if ready.is_valid(i) {
+                        ready.value(i)
+                    } else {
+                        i64::MIN
+                    },
+                    file: f,
+                    origin: pack(raw.origins[i]),
+                });
             }
-            Some(_) if duplicates == BatchDuplicates::Skip => *skip = true,
-            Some((f, origin)) => {
-                let first = &known.files[*f as usize];
-                reasons.reject(
-                    i,
-                    format!(
-                        "duplicate window '{}' (first at {first}:{origin})",
-                        ids.show(i)
-                    ),
-                );
-            }
-        }
-    }
-}
-
-/// Records the runs of accepted tasks, for the windows of later files.
-fn remember_tasks(batch: &RecordBatch, known: &mut Known) {
-    let (ids, launch, finish, ready) = (
-        batch.column(0).as_string::<i32>().clone(),
-        batch_time(batch, "launch_time"),
-        batch_time(batch, "finish_time"),
-        batch_time(batch, "ready_time"),
-    );
-    for i in 0..batch.num_rows() {
-        known.tasks.insert(
-            ids.value(i).to_string(),
-            TaskSpan {
-                launch: launch.value(i),
-                finish: finish.value(i),
-                ready: ready.is_valid(i).then(|| ready.value(i)),
+            Entry::Occupied(e) => match e.get().place() {
+                None => *already_stored = true,
+                Some(_) if duplicates == BatchDuplicates::Skip => *already_stored = true,
+                Some((ff, origin)) => {
+                    let first = format!("{}:{origin}", known.files[ff as usize]);
+                    reasons.reject(i, format!("duplicate key '{id}' (first at {first})"));
+                }
             },
-        );
+        }
     }
 }
 
@@ -428,17 +503,15 @@ pub fn index_tasks(batches: &[RecordBatch], known: &mut Known) {
             batch_time(b, "finish_time"),
             batch_time(b, "ready_time"),
         );
-        let keys = known.stored_keys.entry(Table::Tasks).or_default();
         for i in 0..b.num_rows() {
-            let id = ids.value(i).to_string();
-            keys.insert(id.clone());
+            let id = crate::identity::key_digest(&[ids.value(i)]);
             known.tasks.insert(
                 id,
-                TaskSpan {
-                    launch: launch.value(i),
-                    finish: finish.value(i),
-                    ready: ready.is_valid(i).then(|| ready.value(i)),
-                },
+                TaskSpan::stored(
+                    launch.value(i),
+                    finish.value(i),
+                    ready.is_valid(i).then(|| ready.value(i)),
+                ),
             );
         }
     }
@@ -456,14 +529,11 @@ pub fn index_keys(table: Table, batches: &[RecordBatch], known: &mut Known) {
         if parts.len() != table.key_columns().len() {
             continue;
         }
+        let mut values: Vec<&str> = Vec::with_capacity(parts.len());
         for i in 0..b.num_rows() {
-            keys.insert(
-                parts
-                    .iter()
-                    .map(|p| p.value(i))
-                    .collect::<Vec<_>>()
-                    .join("\u{1f}"),
-            );
+            values.clear();
+            values.extend(parts.iter().map(|p| p.value(i)));
+            keys.insert(crate::identity::key_digest(&values));
         }
     }
 }

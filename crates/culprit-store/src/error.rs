@@ -39,6 +39,10 @@ pub enum StoreError {
         reason: String,
         code: UserTableProblem,
     },
+    /// A worker thread (sorting and encoding files on the blocking pool)
+    /// that panicked or was cancelled: a bug, reported instead of a crash.
+    #[error("a worker thread failed: {0}")]
+    Worker(String),
     #[error("commit conflict: {0} concurrent commits in a row, giving up")]
     Conflict(usize),
     /// Housekeeping that lost a race to another (two compactions at once):

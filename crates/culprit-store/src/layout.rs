@@ -30,6 +30,19 @@ pub fn host_bucket(host: &str) -> u32 {
     (h % HOST_BUCKETS as u64) as u32
 }
 
+/// A 128-bit digest of a text (two SipHash-1-3 with different first
+/// bytes), to key in-memory maps of ids (a task's bucket) by 16 bytes
+/// instead of the text. Never stored.
+pub fn text_digest(text: &str) -> (u64, u64) {
+    use std::hash::{DefaultHasher, Hasher};
+    let (mut a, mut b) = (DefaultHasher::new(), DefaultHasher::new());
+    a.write_u8(0x5a);
+    b.write_u8(0xa5);
+    a.write(text.as_bytes());
+    b.write(text.as_bytes());
+    (a.finish(), b.finish())
+}
+
 /// The query index: one row per query and batch, the span of that batch's
 /// tasks of the query (earliest ready or launch time, latest finish) and
 /// how many tasks it wrote. Stored like a table, under this name (not a

@@ -597,34 +597,82 @@ fn i64_stat(stats: Option<&parquet::file::statistics::Statistics>, max: bool) ->
     }
 }
 
-/// The rows of a time table as one batch sorted by start (stable: rows of
-/// the same start keep their order), so that each row group of its files
-/// covers a short time. Other tables' rows are returned as they are.
-fn sort_by_start(table: Table, batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    let batches: Vec<RecordBatch> = batches
-        .iter()
-        .filter(|b| b.num_rows() > 0)
-        .cloned()
-        .collect();
+/// A Parquet file encoded in memory, not yet written.
+struct Encoded {
+    bytes: bytes::Bytes,
+    rows: u64,
+    span: Option<[i64; 2]>,
+}
+
+/// Rows per piece when one table's rows are cut to be encoded on both
+/// cores (each piece is a file).
+const PIECE_ROWS: usize = 256 << 10;
+
+/// Rows of a write, by place: (batch, row).
+type Rows = Vec<(usize, usize)>;
+
+/// `rows` sorted by their start (a time table; stable: rows of the same
+/// start keep their order). Other tables' rows are returned as they are.
+fn sort_by_start(table: Table, batches: &[RecordBatch], mut rows: Rows) -> Rows {
+    use arrow::array::Array;
     let Some((starts, _)) = crate::layout::time_columns(table.name()) else {
-        return Ok(batches);
+        return rows;
     };
     let Some(first) = batches.first() else {
-        return Ok(batches);
+        return rows;
     };
     let Some(column) = starts.iter().find(|c| first.column_by_name(c).is_some()) else {
-        return Ok(batches);
+        return rows;
     };
-    let all = if batches.len() == 1 {
-        batches[0].clone()
-    } else {
-        arrow::compute::concat_batches(&first.schema(), &batches)?
-    };
-    let Some(key) = all.column_by_name(column) else {
-        return Ok(vec![all]);
-    };
-    let order = arrow::compute::sort_to_indices(key, None, None)?;
-    Ok(vec![arrow::compute::take_record_batch(&all, &order)?])
+    let keys: Vec<Option<&arrow::array::TimestampMicrosecondArray>> =
+        batches.iter().map(|b| time_column(b, column)).collect();
+    // A missing value sorts first, as `sort_to_indices` puts NULLs.
+    rows.sort_by_key(|&(b, r)| match keys[b] {
+        Some(k) if k.is_valid(r) => k.value(r),
+        _ => i64::MIN,
+    });
+    rows
+}
+
+/// Gathers `rows` of `batches` into Parquet files of `table`, in that
+/// order, of at most [`ROWS_PER_FILE`] rows, in the store's format (zstd
+/// level 1, the table's row group size). CPU work: call it on the blocking
+/// pool.
+fn encode_files(
+    table: Table,
+    batches: &[RecordBatch],
+    rows: &[(usize, usize)],
+) -> Result<Vec<Encoded>> {
+    let name = table.name();
+    let schema = table.schema();
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    let mut out = Vec::new();
+    for part in rows.chunks(ROWS_PER_FILE) {
+        let gathered = arrow::compute::interleave_record_batch(&refs, part)?;
+        let batch = if gathered.schema() == schema {
+            gathered
+        } else {
+            RecordBatch::try_new(schema.clone(), gathered.columns().to_vec())?
+        };
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
+            .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)))
+            .build();
+        let perr = |source| StoreError::Parquet {
+            path: format!("(a new {name} file)"),
+            source,
+        };
+        let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))
+            .map_err(perr)?;
+        w.write(&batch).map_err(perr)?;
+        let bytes = w.into_inner().map_err(perr)?;
+        out.push(Encoded {
+            bytes: bytes.into(),
+            rows: batch.num_rows() as u64,
+            span: window_span(name, &batch),
+        });
+    }
+    Ok(out)
 }
 
 /// The query index rows of these `tasks` rows: per query, the earliest
@@ -846,7 +894,7 @@ pub struct PendingBatch {
     pub(crate) kind: Option<&'static str>,
     /// The host bucket of every task this batch has seen, so that its
     /// window rows are written bucket by bucket.
-    task_buckets: std::collections::HashMap<String, u32>,
+    task_buckets: std::collections::HashMap<(u64, u64), u32>,
 }
 
 impl PendingBatch {
@@ -901,23 +949,22 @@ impl PendingBatch {
         for i in 0..tasks.num_rows() {
             if id.is_valid(i) && host.is_valid(i) {
                 self.task_buckets
-                    .entry(id.value(i).to_string())
+                    .entry(crate::layout::text_digest(id.value(i)))
                     .or_insert_with(|| crate::layout::host_bucket(host.value(i)));
             }
         }
     }
 
-    /// Splits `task_windows` rows by the host bucket of their task; rows of
-    /// tasks this batch has not seen go last, under `None`.
-    fn by_bucket(&self, batches: &[RecordBatch]) -> Result<Vec<(Option<u32>, Vec<RecordBatch>)>> {
-        use arrow::array::{Array, AsArray, UInt32Array};
+    /// The rows of `task_windows` batches by the host bucket of their
+    /// task; rows of tasks this batch has not seen go last, under `None`.
+    fn by_bucket(&self, batches: &[RecordBatch]) -> Vec<(Option<u32>, Rows)> {
+        use arrow::array::{Array, AsArray};
         let n = crate::layout::HOST_BUCKETS as usize;
-        let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); n + 1];
-        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+        let mut out: Vec<Rows> = vec![Vec::new(); n + 1];
+        for (bi, batch) in batches.iter().enumerate() {
             let ids = batch
                 .column_by_name("task_id")
                 .and_then(|c| c.as_string_opt::<i32>());
-            let mut rows: Vec<Vec<u32>> = vec![Vec::new(); n + 1];
             let mut last: Option<(usize, usize)> = None;
             for i in 0..batch.num_rows() {
                 let b = match ids.filter(|ids| ids.is_valid(i)) {
@@ -928,30 +975,21 @@ impl PendingBatch {
                         _ => {
                             let b = self
                                 .task_buckets
-                                .get(ids.value(i))
+                                .get(&crate::layout::text_digest(ids.value(i)))
                                 .map_or(n, |b| *b as usize);
                             last = Some((i, b));
                             b
                         }
                     },
                 };
-                rows[b].push(i as u32);
-            }
-            for (b, idx) in rows.into_iter().enumerate() {
-                if idx.len() == batch.num_rows() {
-                    out[b].push(batch.clone());
-                } else if !idx.is_empty() {
-                    let idx = UInt32Array::from(idx);
-                    out[b].push(arrow::compute::take_record_batch(batch, &idx)?);
-                }
+                out[b].push((bi, i));
             }
         }
-        Ok(out
-            .into_iter()
+        out.into_iter()
             .enumerate()
             .filter(|(_, v)| !v.is_empty())
             .map(|(b, v)| ((b < n).then_some(b as u32), v))
-            .collect())
+            .collect()
     }
 
     /// Writes rows of a table (in its canonical schema) as one or more
@@ -960,48 +998,118 @@ impl PendingBatch {
     /// Rows of the time tables are written sorted by their start, and
     /// `tasks` rows add the batch's part of the query index
     /// ([`crate::layout::QUERY_SPANS`]): see the layout module.
+    ///
+    /// The files are sorted and encoded on the blocking pool, two at a time
+    /// (the buckets of window rows, the pieces of the other tables' rows), so
+    /// a write uses both cores; memory holds the rows given and the encoded
+    /// files being written.
     pub async fn write(&mut self, table: Table, batches: &[RecordBatch]) -> Result<()> {
-        match table {
-            Table::Tasks => {
-                for b in batches {
-                    self.note_tasks(b);
-                }
-                let sorted = sort_by_start(table, batches)?;
-                self.write_files(table, &sorted, None).await?;
-                let index = query_spans(&sorted)?;
-                let id = self.id.clone();
-                let schema = crate::layout::query_spans_schema();
-                self.write_parquet(crate::layout::QUERY_SPANS, &schema, &index, None, |part| {
-                    paths::query_spans_file(&id, part)
-                })
-                .await
-            }
-            Table::TaskWindows => {
-                for (bucket, batches) in self.by_bucket(batches)? {
-                    let sorted = sort_by_start(table, &batches)?;
-                    self.write_files(table, &sorted, bucket).await?;
-                }
-                Ok(())
-            }
-            Table::HostWindows => {
-                let sorted = sort_by_start(table, batches)?;
-                self.write_files(table, &sorted, None).await
-            }
-            _ => self.write_files(table, batches, None).await,
-        }
+        self.write_owned(table, batches.to_vec()).await
     }
 
-    async fn write_files(
+    /// [`Self::write`] of rows the batch may keep (and drop as soon as
+    /// they are encoded): no copy of them is made but the sorted files'.
+    pub async fn write_owned(&mut self, table: Table, batches: Vec<RecordBatch>) -> Result<()> {
+        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let index = if table == Table::Tasks {
+            for b in &batches {
+                self.note_tasks(b);
+            }
+            query_spans(&batches)?
+        } else {
+            Vec::new()
+        };
+        let batches = Arc::new(batches);
+        let groups: Vec<(Option<u32>, Rows, bool)> = if table == Table::TaskWindows {
+            // Each bucket is sorted by its job.
+            self.by_bucket(&batches)
+                .into_iter()
+                .map(|(b, rows)| (b, rows, true))
+                .collect()
+        } else {
+            // One group, sorted here, then cut into pieces that encode on
+            // both cores, each covering its own stretch of time.
+            let all: Rows = batches
+                .iter()
+                .enumerate()
+                .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r)))
+                .collect();
+            let shared = batches.clone();
+            let sorted = tokio::task::spawn_blocking(move || sort_by_start(table, &shared, all))
+                .await
+                .map_err(|e| StoreError::Worker(e.to_string()))?;
+            let count = sorted.len().div_ceil(PIECE_ROWS).max(1);
+            let size = sorted.len().div_ceil(count).max(1);
+            sorted
+                .chunks(size)
+                .map(|c| (None, c.to_vec(), false))
+                .collect()
+        };
+        let jobs = groups.into_iter().map(|(bucket, rows, sort)| {
+            let batches = batches.clone();
+            async move {
+                let encoded = tokio::task::spawn_blocking(move || {
+                    let rows = if sort {
+                        sort_by_start(table, &batches, rows)
+                    } else {
+                        rows
+                    };
+                    encode_files(table, &batches, &rows)
+                })
+                .await
+                .map_err(|e| StoreError::Worker(e.to_string()))??;
+                Ok::<_, StoreError>((bucket, encoded))
+            }
+        });
+        let mut encoded = futures::StreamExt::buffered(futures::stream::iter(jobs), 2);
+        while let Some((bucket, files)) = encoded.try_next().await? {
+            for file in files {
+                self.put_encoded(table, bucket, file).await?;
+            }
+        }
+        drop(encoded);
+        if !index.is_empty() {
+            let id = self.id.clone();
+            let schema = crate::layout::query_spans_schema();
+            self.write_parquet(crate::layout::QUERY_SPANS, &schema, &index, None, |part| {
+                paths::query_spans_file(&id, part)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Writes one encoded file of `table` as a single object. It is recorded
+    /// before it is written, so that an abort removes it even after a failed
+    /// write.
+    async fn put_encoded(
         &mut self,
         table: Table,
-        batches: &[RecordBatch],
         bucket: Option<u32>,
+        file: Encoded,
     ) -> Result<()> {
-        let (id, name) = (self.id.clone(), table.name());
-        self.write_parquet(name, &table.schema(), batches, bucket, |part| {
-            paths::data_file(table, &id, part)
-        })
-        .await
+        let name = table.name();
+        let part = self.parts.entry(name.to_string()).or_insert(0);
+        let rel = paths::data_file(table, &self.id, *part);
+        *part += 1;
+        self.files.push(DataFile {
+            table: name.to_string(),
+            path: rel.clone(),
+            rows: file.rows,
+            bytes: file.bytes.len() as u64,
+            batch: self.id.clone(),
+            bucket,
+            window_span: file.span,
+        });
+        self.store
+            .object_store
+            .put(&self.store.path(&rel), PutPayload::from(file.bytes))
+            .await
+            .map_err(self.store.os_err())?;
+        Ok(())
     }
 
     /// Writes rows as Parquet files of `schema` named by `path` (from the
