@@ -12,13 +12,6 @@ mod watch;
 
 use std::process::ExitCode;
 
-/// mimalloc rather than the system allocator: a long analysis frees and
-/// allocates on many threads (the sweeps, the blocking pool), and glibc's
-/// per-thread arenas kept what the groups of an all-victims analysis freed,
-/// doubling its peak memory on a large store (docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::{Parser, Subcommand};
 use culprit_core::Table;
 use culprit_ingest::{IngestOptions, IngestReport};

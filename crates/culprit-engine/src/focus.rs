@@ -39,7 +39,7 @@ use crate::error::Error;
 
 /// Victims' tasks per group of an analysis over every victim of a large
 /// store ([`Engine::victim_groups`]): its memory follows this, not the store.
-pub const GROUP_TASKS: u64 = 1 << 17;
+pub const GROUP_TASKS: u64 = 1 << 16;
 
 /// Per query: the earliest ready or launch time of its tasks, the latest
 /// finish, and how many tasks.
