@@ -91,12 +91,20 @@ fn same(a: f64, b: f64) -> bool {
 async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> usize {
     let store = store_of(w).await;
     let n = compare(&store, victims).await;
-    // Compacted (the batches' files merged, the index kept): the same.
+    let index_files =
+        |m: &culprit_store::Manifest| m.files_named(culprit_store::layout::QUERY_SPANS).count();
+    let before = store.manifest().await.unwrap();
+    let spans = store.query_spans(&before).await.unwrap().unwrap();
+    assert_eq!(index_files(&before), 3, "an index file per batch");
+    // Compacted (the batches' files merged, the index's too): the same.
     let merged = store
         .compact(&culprit_store::CompactOptions::default(), |_, _| {})
         .await
         .unwrap();
     assert!(merged.written > 0, "{merged:?}");
+    let after = store.manifest().await.unwrap();
+    assert_eq!(index_files(&after), 1, "the index's files merged into one");
+    assert_eq!(store.query_spans(&after).await.unwrap().unwrap(), spans);
     assert_eq!(compare(&store, victims).await, n);
 
     // Expired (the earliest queries dropped, from the index too): the same

@@ -150,7 +150,20 @@ impl Store {
         }
 
         let groups = groups(&manifest.files, opts);
-        if groups.is_empty() && old.is_empty() {
+        // The query index has a file per batch too: its small files are
+        // merged into one (its rows as they are; readers add up a query's
+        // rows across files).
+        let index: Vec<DataFile> = manifest
+            .files_named(crate::layout::QUERY_SPANS)
+            .filter(|f| f.bytes < opts.small_bytes)
+            .cloned()
+            .collect();
+        let index = if index.len() >= opts.min_files.max(2) {
+            index
+        } else {
+            Vec::new()
+        };
+        if groups.is_empty() && old.is_empty() && index.is_empty() {
             return Ok(report);
         }
         let mut batch = self.begin();
@@ -180,6 +193,27 @@ impl Store {
             }
             batch.merged_files(table.name(), files.into_iter().map(|f| f.path).collect());
             progress(i + 1, total);
+        }
+        if !index.is_empty() {
+            let name = crate::layout::QUERY_SPANS;
+            let schema = crate::layout::query_spans_schema();
+            report.bytes_before += index.iter().map(|f| f.bytes).sum::<u64>();
+            *report.merged.entry(name.to_string()).or_insert(0) += index.len();
+            let rows = self.scan_files(index.clone(), None).map({
+                let schema = schema.clone();
+                move |b| b.and_then(|b| conform(b, &schema))
+            });
+            let id = batch.id().to_string();
+            let result = batch
+                .write_parquet_stream(name, &schema, rows, None, |part| {
+                    paths::query_spans_file(&id, part)
+                })
+                .await;
+            if let Err(e) = result {
+                batch.abort().await;
+                return Err(e);
+            }
+            batch.merged_files(name, index.into_iter().map(|f| f.path).collect());
         }
         let written = batch.written();
         report.written = written.len();

@@ -50,8 +50,9 @@ impl AutoCompact {
         let mut counts: std::collections::HashMap<(&str, Option<u32>), usize> =
             std::collections::HashMap::new();
         for f in &manifest.files {
-            if f.bytes < self.compact.small_bytes && Table::ALL.iter().any(|t| t.name() == f.table)
-            {
+            let compacted = Table::ALL.iter().any(|t| t.name() == f.table)
+                || f.table == crate::layout::QUERY_SPANS;
+            if f.bytes < self.compact.small_bytes && compacted {
                 *counts.entry((f.table.as_str(), f.bucket)).or_default() += 1;
             }
         }
