@@ -45,12 +45,22 @@ pub const GROUP_TASKS: u64 = 1 << 16;
 /// finish, and how many tasks.
 pub(crate) type Spans = HashMap<String, (i64, i64, u64)>;
 
+/// The `stages` and `queries` rows of a manifest version (one row per
+/// stage or query, not per task).
+#[derive(Debug)]
+struct WholeTables {
+    stages: Vec<RecordBatch>,
+    queries: Vec<RecordBatch>,
+}
+
 /// The victims of an analysis over every query, in groups read one at a
 /// time ([`Engine::victim_groups`]).
 #[derive(Debug, Clone)]
 pub struct VictimGroups {
     manifest: Manifest,
     spans: Arc<Spans>,
+    /// Stages and queries, read once for every group.
+    whole: Arc<WholeTables>,
     /// The queries of each group, in the order of their start.
     pub groups: Vec<Vec<String>>,
     window_rows_per_task: f64,
@@ -94,7 +104,10 @@ impl Engine {
             );
             return Ok(None);
         };
-        self.focused_at(manifest, &spans, victims).await.map(Some)
+        let whole = self.whole_tables(&manifest).await?;
+        self.focused_at(manifest, &spans, &whole, victims)
+            .await
+            .map(Some)
     }
 
     /// The groups in which an analysis over every query that ran in
@@ -141,7 +154,9 @@ impl Engine {
         }
         let per_task = manifest.rows_of(Table::TaskWindows) as f64
             / manifest.rows_of(Table::Tasks).max(1) as f64;
+        let whole = Arc::new(self.whole_tables(&manifest).await?);
         Ok(Some(VictimGroups {
+            whole,
             manifest,
             spans,
             groups,
@@ -152,14 +167,36 @@ impl Engine {
     /// The dataset of group `i` of `groups`: what the analysis of its
     /// queries needs, read at the groups' manifest version.
     pub async fn group(&self, groups: &VictimGroups, i: usize) -> Result<Snapshot, Error> {
-        self.focused_at(groups.manifest.clone(), &groups.spans, &groups.groups[i])
-            .await
+        self.focused_at(
+            groups.manifest.clone(),
+            &groups.spans,
+            &groups.whole,
+            &groups.groups[i],
+        )
+        .await
+    }
+
+    /// The tables of one row per stage or query, which every focused
+    /// dataset holds whole.
+    async fn whole_tables(&self, manifest: &Manifest) -> Result<WholeTables, Error> {
+        let store = self.store();
+        let stages = store.scan_table(manifest, Table::Stages, None);
+        let queries = store.scan_table(
+            manifest,
+            Table::Queries,
+            Some(&["query_id", "app_id", "pool"]),
+        );
+        Ok(WholeTables {
+            stages: stages.try_collect().await?,
+            queries: queries.try_collect().await?,
+        })
     }
 
     async fn focused_at(
         &self,
         manifest: Manifest,
         spans: &Spans,
+        whole: &WholeTables,
         victims: &[String],
     ) -> Result<Snapshot, Error> {
         let started = std::time::Instant::now();
@@ -196,17 +233,11 @@ impl Engine {
         for b in &tasks {
             ds.add_tasks(b);
         }
-        let mut stages = store.scan_table(&manifest, Table::Stages, None);
-        while let Some(b) = stages.try_next().await? {
-            ds.add_stages(&b);
+        for b in &whole.stages {
+            ds.add_stages(b);
         }
-        let mut queries = store.scan_table(
-            &manifest,
-            Table::Queries,
-            Some(&["query_id", "app_id", "pool"]),
-        );
-        while let Some(b) = queries.try_next().await? {
-            ds.add_queries(&b);
+        for b in &whole.queries {
+            ds.add_queries(b);
         }
         let mut window_rows = 0usize;
         if let Some((from, to)) = region {

@@ -139,15 +139,10 @@ async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> u
     n
 }
 
-async fn compare(store: &Store, victims: &[String]) -> usize {
-    // The full analyses: whole in memory, and streamed bucket by bucket.
-    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
-    let streamed = Engine::with_window_cache(store.clone(), 0)
-        .snapshot(false)
-        .await
-        .unwrap();
-    let engine = Engine::new(store.clone());
-    let variants: Vec<BlameOptions> = vec![
+/// The option sets every comparison runs: the defaults, and each option
+/// changed alone.
+fn variants() -> Vec<BlameOptions> {
+    vec![
         BlameOptions::default(),
         BlameOptions {
             slots: SlotBlame::Direct,
@@ -165,7 +160,18 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             attribution: culprit_core::method::Attribution::Paper,
             ..Default::default()
         },
-    ];
+    ]
+}
+
+async fn compare(store: &Store, victims: &[String]) -> usize {
+    // The full analyses: whole in memory, and streamed bucket by bucket.
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let streamed = Engine::with_window_cache(store.clone(), 0)
+        .snapshot(false)
+        .await
+        .unwrap();
+    let engine = Engine::new(store.clone());
+    let variants = variants();
     let mut compared = 0;
     for v in victims {
         if full.query(v).is_err() {
@@ -351,25 +357,7 @@ async fn every_victim_by_groups_equals_the_whole_store() {
     }
     let third = (t1 - t0) / 3;
     let windows = [(None, None), (Some(t0 + third), Some(t1 - third))];
-    let variants: Vec<BlameOptions> = vec![
-        BlameOptions::default(),
-        BlameOptions {
-            stages: VictimStages::All,
-            ..Default::default()
-        },
-        BlameOptions {
-            slots: SlotBlame::Direct,
-            ..Default::default()
-        },
-        BlameOptions {
-            tasks: TaskBlame::Last,
-            ..Default::default()
-        },
-        BlameOptions {
-            attribution: culprit_core::method::Attribution::Paper,
-            ..Default::default()
-        },
-    ];
+    let variants = variants();
     let mut compared = 0;
     for (from, to) in windows {
         let window = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));

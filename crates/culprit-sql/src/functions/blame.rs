@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef
 use datafusion::common::Result;
 
 use super::args::Args;
-use super::table_function::{Cost, Rows, TableFunction};
+use super::table_function::{every_victim, in_group, Cost, Rows, TableFunction};
 use crate::error::in_function;
 
 pub struct Blame {
@@ -50,18 +50,11 @@ impl TableFunction for Blame {
     }
 
     fn by_groups(&self) -> Option<(i64, i64)> {
-        self.opts
-            .victims
-            .is_none()
-            .then(|| culprit_core::method::window(&self.opts))
+        every_victim(&self.opts)
     }
 
     fn compute_group(&self, snapshot: &Snapshot, group: &[String]) -> Result<Rows> {
-        let opts = BlameOptions {
-            within: Some(group.to_vec()),
-            ..self.opts.clone()
-        };
-        Self::rows(snapshot, &opts)
+        Self::rows(snapshot, &in_group(&self.opts, group))
     }
 }
 

@@ -50,6 +50,26 @@ pub type Compute = Arc<dyn Fn(&Snapshot) -> Result<Rows> + Send + Sync>;
 /// The result for one group of victims (`TableFunction::compute_group`).
 pub type GroupCompute = Arc<dyn Fn(&Snapshot, &[String]) -> Result<Rows> + Send + Sync>;
 
+/// [`TableFunction::by_groups`] of a method call with options `opts`: its
+/// window when it is over every victim.
+pub fn every_victim(opts: &culprit_core::method::BlameOptions) -> Option<(i64, i64)> {
+    opts.victims
+        .is_none()
+        .then(|| culprit_core::method::window(opts))
+}
+
+/// The options of such a call for one group of its victims
+/// ([`TableFunction::compute_group`]).
+pub fn in_group(
+    opts: &culprit_core::method::BlameOptions,
+    group: &[String],
+) -> culprit_core::method::BlameOptions {
+    culprit_core::method::BlameOptions {
+        within: Some(group.to_vec()),
+        ..opts.clone()
+    }
+}
+
 /// How a call over every victim is computed group by group: its window and
 /// the computation of one group.
 #[derive(Clone)]
