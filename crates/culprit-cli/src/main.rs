@@ -80,6 +80,12 @@ struct ServerArgs {
     /// Default: no bound but --max-connections (a full server only waits).
     #[arg(long, value_parser = limits::heavy_queue)]
     heavy_queue: Option<usize>,
+    /// Read cache of one-victim analyses, in MiB: decoded row groups of the task
+    /// and window files, so questions about the same stretch of time decode nothing
+    /// again; held in the memory budget (0: none). Default: an eighth of the budget,
+    /// at most 512 MiB.
+    #[arg(long, value_parser = limits::memory_budget_mb)]
+    read_cache_mb: Option<usize>,
     #[command(flatten)]
     compaction: CompactionArgs,
 }
@@ -149,6 +155,7 @@ impl ServerArgs {
                     .heavy_analyses
                     .unwrap_or_else(culprit_engine::budget::default_heavy_slots),
                 heavy_queue: self.heavy_queue,
+                read_cache: self.read_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             },
             auto_compact: self.compaction.options(),
         })

@@ -89,6 +89,11 @@ pub struct BudgetOptions {
     /// queue; a server at its connection limit then only waits, as a
     /// database under load should.
     pub heavy_queue: Option<usize>,
+    /// Bytes of the read cache of one-victim analyses (decoded row groups
+    /// and footers of the window and task files, `culprit_store::ReadCache`),
+    /// held in the budget for the life of the server; `None`: the default
+    /// ([`default_read_cache`]), `Some(0)`: none.
+    pub read_cache: Option<usize>,
 }
 
 impl Default for BudgetOptions {
@@ -97,8 +102,20 @@ impl Default for BudgetOptions {
             limit: None,
             heavy_slots: default_heavy_slots(),
             heavy_queue: None,
+            read_cache: None,
         }
     }
+}
+
+/// The largest default read cache: 512 MiB.
+pub const DEFAULT_READ_CACHE_MAX: usize = 512 << 20;
+
+/// The read cache by default: an eighth of the budget, at most
+/// [`DEFAULT_READ_CACHE_MAX`] (which an unlimited budget gets).
+pub fn default_read_cache(limit: Option<usize>) -> usize {
+    limit.map_or(DEFAULT_READ_CACHE_MAX, |l| {
+        (l / 8).min(DEFAULT_READ_CACHE_MAX)
+    })
 }
 
 /// Heavy analyses at once by default: the cores (each analysis sweeps on
@@ -123,6 +140,7 @@ struct Inner {
     heavy_slots: usize,
     queue: Option<usize>,
     waiting: AtomicUsize,
+    read_cache: usize,
 }
 
 impl Default for Budget {
@@ -148,6 +166,9 @@ impl Budget {
                 heavy_slots,
                 queue: opts.heavy_queue,
                 waiting: AtomicUsize::new(0),
+                read_cache: opts
+                    .read_cache
+                    .unwrap_or_else(|| default_read_cache(opts.limit)),
             }),
         }
     }
@@ -155,6 +176,11 @@ impl Budget {
     /// The limit in bytes (`None`: unlimited).
     pub fn limit(&self) -> Option<usize> {
         self.inner.limit
+    }
+
+    /// Bytes of the read cache ([`BudgetOptions::read_cache`]).
+    pub fn read_cache(&self) -> usize {
+        self.inner.read_cache
     }
 
     /// Bytes reserved now.
@@ -465,6 +491,7 @@ mod tests {
             limit: Some(1000),
             heavy_slots: 1,
             heavy_queue: Some(1),
+            read_cache: None,
         });
         let r = b.try_reserve("a", 600).unwrap();
         assert_eq!(b.used(), 600);

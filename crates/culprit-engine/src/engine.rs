@@ -6,7 +6,7 @@ use std::sync::Arc;
 use culprit_core::method::Dataset;
 use culprit_core::Table;
 use culprit_store::layout::HOST_BUCKETS;
-use culprit_store::{Manifest, Store};
+use culprit_store::{Manifest, ReadCache, Store};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Mutex;
 
@@ -26,9 +26,15 @@ pub struct Engine {
     cache: Mutex<Option<(u64, Snapshot)>>,
     /// The query index of a manifest version (`focus.rs`).
     pub(crate) spans: Mutex<Option<(u64, Option<Arc<crate::focus::Spans>>)>>,
+    /// The stages and queries of a manifest version (`focus.rs`).
+    pub(crate) whole: Mutex<Option<(u64, Arc<crate::focus::WholeTables>)>>,
     /// The server's memory budget (`budget.rs`), and the cache's share of it.
     budget: Budget,
     cache_held: std::sync::Mutex<Option<Reservation>>,
+    /// The footers and row groups that one-victim analyses decoded
+    /// (`focus.rs`), with its capacity held in the budget; a server's
+    /// engine has one ([`Engine::with_budget`]).
+    read_cache: Option<(Arc<ReadCache>, Reservation)>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -56,8 +62,10 @@ impl Engine {
             window_cache_rows: rows,
             cache: Mutex::new(None),
             spans: Mutex::new(None),
+            whole: Mutex::new(None),
             budget: Budget::default(),
             cache_held: std::sync::Mutex::new(None),
+            read_cache: None,
         }
     }
 
@@ -70,12 +78,21 @@ impl Engine {
         self.window_cache_rows
     }
 
-    /// An engine counting its cache and its analyses in `budget`.
+    /// An engine counting its caches and its analyses in `budget`, with
+    /// the read cache the budget sets ([`Budget::read_cache`]).
     pub fn with_budget(store: Store, budget: Budget) -> Self {
+        let bytes = budget.read_cache();
+        let read_cache = (bytes > 0).then(|| (ReadCache::new(bytes), budget.reserve(bytes)));
         Engine {
             budget,
+            read_cache,
             ..Self::new(store)
         }
+    }
+
+    /// The read cache of one-victim analyses, if the engine has one.
+    pub fn read_cache(&self) -> Option<&Arc<ReadCache>> {
+        self.read_cache.as_ref().map(|(c, _)| c)
     }
 
     /// The memory budget the engine's cache and analyses count in.

@@ -48,7 +48,7 @@ pub(crate) type Spans = HashMap<String, (i64, i64, u64)>;
 /// The `stages` and `queries` rows of a manifest version (one row per
 /// stage or query, not per task).
 #[derive(Debug)]
-struct WholeTables {
+pub(crate) struct WholeTables {
     stages: Vec<RecordBatch>,
     queries: Vec<RecordBatch>,
 }
@@ -105,7 +105,7 @@ impl Engine {
             return Ok(None);
         };
         let whole = self.whole_tables(&manifest).await?;
-        self.focused_at(manifest, &spans, &whole, victims)
+        self.focused_at(manifest, &spans, &whole, victims, true)
             .await
             .map(Some)
     }
@@ -154,7 +154,7 @@ impl Engine {
         }
         let per_task = manifest.rows_of(Table::TaskWindows) as f64
             / manifest.rows_of(Table::Tasks).max(1) as f64;
-        let whole = Arc::new(self.whole_tables(&manifest).await?);
+        let whole = self.whole_tables(&manifest).await?;
         Ok(Some(VictimGroups {
             whole,
             manifest,
@@ -172,13 +172,20 @@ impl Engine {
             &groups.spans,
             &groups.whole,
             &groups.groups[i],
+            false,
         )
         .await
     }
 
     /// The tables of one row per stage or query, which every focused
-    /// dataset holds whole.
-    async fn whole_tables(&self, manifest: &Manifest) -> Result<WholeTables, Error> {
+    /// dataset holds whole; read once per manifest version.
+    async fn whole_tables(&self, manifest: &Manifest) -> Result<Arc<WholeTables>, Error> {
+        let mut cache = self.whole.lock().await;
+        if let Some((v, whole)) = cache.as_ref() {
+            if *v == manifest.version {
+                return Ok(whole.clone());
+            }
+        }
         let store = self.store();
         let stages = store.scan_table(manifest, Table::Stages, None);
         let queries = store.scan_table(
@@ -186,10 +193,12 @@ impl Engine {
             Table::Queries,
             Some(&["query_id", "app_id", "pool"]),
         );
-        Ok(WholeTables {
+        let whole = Arc::new(WholeTables {
             stages: stages.try_collect().await?,
             queries: queries.try_collect().await?,
-        })
+        });
+        *cache = Some((manifest.version, whole.clone()));
+        Ok(whole)
     }
 
     async fn focused_at(
@@ -198,6 +207,7 @@ impl Engine {
         spans: &Spans,
         whole: &WholeTables,
         victims: &[String],
+        cached: bool,
     ) -> Result<Snapshot, Error> {
         let started = std::time::Instant::now();
         let store = self.store();
@@ -213,7 +223,9 @@ impl Engine {
         let mut tasks = Vec::new();
         let mut region = None;
         if let Some((a, b)) = hull {
-            tasks = self.tasks_overlapping(&manifest, (a, b), None).await?;
+            tasks = self
+                .tasks_overlapping(&manifest, (a, b), None, cached)
+                .await?;
             // The slot holders: tasks running while a victim task waited.
             let (w0, w1) = waits(&tasks, victims);
             let mut u = (a, b);
@@ -225,7 +237,9 @@ impl Engine {
                 }
             }
             if u != (a, b) {
-                let more = self.tasks_overlapping(&manifest, u, Some((a, b))).await?;
+                let more = self
+                    .tasks_overlapping(&manifest, u, Some((a, b)), cached)
+                    .await?;
                 tasks.extend(more);
             }
             region = Some(u);
@@ -243,7 +257,7 @@ impl Engine {
         if let Some((from, to)) = region {
             for table in [Table::TaskWindows, Table::HostWindows] {
                 let files = manifest.files_of(table).cloned().collect();
-                let mut rows = store.scan_overlapping(files, None, from, to);
+                let mut rows = self.scan(files, (from, to), cached);
                 while let Some(b) = rows.try_next().await? {
                     let Some(b) = keep(&b, "window_start", None, "window_end", (from, to), None)?
                     else {
@@ -282,6 +296,24 @@ impl Engine {
         })
     }
 
+    /// The rows of `files` in row groups that may overlap `span`: through
+    /// the read cache when `cached` and the engine has one (the reads of
+    /// named victims; those over every victim would only push everything
+    /// out of it).
+    fn scan(
+        &self,
+        files: Vec<culprit_store::DataFile>,
+        span: (i64, i64),
+        cached: bool,
+    ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
+        match self.read_cache() {
+            Some(cache) if cached => self
+                .store()
+                .scan_overlapping_cached(files, None, span.0, span.1, cache),
+            _ => self.store().scan_overlapping(files, None, span.0, span.1),
+        }
+    }
+
     /// The query index of `manifest`, read once per version.
     async fn spans(&self, manifest: &Manifest) -> Result<Option<Arc<Spans>>, Error> {
         let mut cache = self.spans.lock().await;
@@ -302,9 +334,10 @@ impl Engine {
         manifest: &Manifest,
         span: (i64, i64),
         except: Option<(i64, i64)>,
+        cached: bool,
     ) -> Result<Vec<RecordBatch>, Error> {
         let files = manifest.files_of(Table::Tasks).cloned().collect();
-        let mut rows = self.store().scan_overlapping(files, None, span.0, span.1);
+        let mut rows = self.scan(files, span, cached);
         let mut out = Vec::new();
         while let Some(b) = rows.try_next().await? {
             if let Some(b) = keep(

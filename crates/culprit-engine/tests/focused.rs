@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use culprit_core::method::{BlameOptions, SlotBlame, TaskBlame, VictimStages};
 use culprit_core::Table;
-use culprit_engine::{Engine, Snapshot};
+use culprit_engine::{Budget, BudgetOptions, Engine, Snapshot};
 use culprit_store::Store;
 
 fn filter(b: &RecordBatch, keep: impl Fn(usize) -> bool) -> RecordBatch {
@@ -171,11 +171,47 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
         .await
         .unwrap();
     let engine = Engine::new(store.clone());
+    // A server's engine reads through its read cache: one that holds the
+    // whole neighbourhood (read twice: decoded, then from the cache), and
+    // one too small to hold it (entries dropped while they are read).
+    let with_cache = |bytes: usize| {
+        let budget = Budget::new(BudgetOptions {
+            read_cache: Some(bytes),
+            ..Default::default()
+        });
+        Engine::with_budget(store.clone(), budget)
+    };
+    let (cached, tiny) = (with_cache(64 << 20), with_cache(256 << 10));
     let variants = variants();
     let mut compared = 0;
     for v in victims {
         if full.query(v).is_err() {
             continue; // expired
+        }
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        let want = culprits(&full, &opts);
+        for engine in [&cached, &cached, &tiny] {
+            let through = engine
+                .focused(std::slice::from_ref(v))
+                .await
+                .unwrap()
+                .expect("the store has a complete query index");
+            let got = culprits(&through, &opts);
+            assert_eq!(
+                want.keys().collect::<Vec<_>>(),
+                got.keys().collect::<Vec<_>>(),
+                "victim {v}, through the read cache"
+            );
+            for (k, a) in &want {
+                assert!(
+                    a.iter().zip(&got[k]).all(|(x, y)| same(*x, *y)),
+                    "victim {v}, {k:?}: whole store {a:?}, through the read cache {:?}",
+                    got[k]
+                );
+            }
         }
         let focused = engine
             .focused(std::slice::from_ref(v))
@@ -210,6 +246,10 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             compared += want.len();
         }
     }
+    let stats = cached.read_cache().expect("a read cache").stats();
+    assert!(stats.hits > 0 && stats.used <= stats.capacity, "{stats:?}");
+    let stats = tiny.read_cache().expect("a read cache").stats();
+    assert!(stats.used <= stats.capacity, "{stats:?}");
     compared
 }
 

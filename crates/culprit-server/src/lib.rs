@@ -194,10 +194,12 @@ impl Server {
         let budget = culprit_engine::Budget::new(opts.budget.clone());
         if let Some(limit) = budget.limit() {
             log::info!(
-                "memory budget {} MiB, {} heavy analyses at once, {} waiting at most",
+                "memory budget {} MiB, {} heavy analyses at once, {} waiting at most, \
+                 read cache {} MiB",
                 limit >> 20,
                 opts.budget.heavy_slots.max(1),
-                opts.budget.heavy_queue.unwrap_or(opts.max_connections)
+                opts.budget.heavy_queue.unwrap_or(opts.max_connections),
+                budget.read_cache() >> 20
             );
         }
         let engine = Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));

@@ -9,6 +9,7 @@
 //! `PutMode::Create`, so an ingest is one atomic commit and a crash or a
 //! failed ingest leaves the store exactly as before.
 
+mod cache;
 mod compact;
 mod error;
 mod expire;
@@ -18,6 +19,7 @@ mod manifest;
 pub mod paths;
 mod store;
 
+pub use cache::{CacheStats, ReadCache};
 pub use compact::{CompactOptions, CompactReport};
 pub use error::{Result, StoreError, UserTableProblem};
 pub use expire::ExpireReport;

@@ -16,6 +16,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use url::Url;
 
+use crate::cache::{Cached, ReadCache};
 use crate::manifest::{
     BatchInfo, CronJob, DataFile, Manifest, RetiredFile, SourceRecord, UserTable,
 };
@@ -278,6 +279,31 @@ impl Store {
         from: i64,
         to: i64,
     ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+        self.scan_overlapping_with(files, columns, from, to, None)
+    }
+
+    /// [`Store::scan_overlapping`] through `cache`: footers and row groups
+    /// decoded before are taken from it, those decoded now are added to it
+    /// (whole row groups, before any row is filtered out).
+    pub fn scan_overlapping_cached(
+        &self,
+        files: Vec<DataFile>,
+        columns: Option<&[&str]>,
+        from: i64,
+        to: i64,
+        cache: &Arc<ReadCache>,
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+        self.scan_overlapping_with(files, columns, from, to, Some(cache.clone()))
+    }
+
+    fn scan_overlapping_with(
+        &self,
+        files: Vec<DataFile>,
+        columns: Option<&[&str]>,
+        from: i64,
+        to: i64,
+        cache: Option<Arc<ReadCache>>,
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
         use futures::StreamExt;
         let columns: Option<Vec<String>> =
             columns.map(|c| c.iter().map(|s| s.to_string()).collect());
@@ -288,8 +314,8 @@ impl Store {
         let store = self.clone();
         futures::stream::iter(files)
             .map(move |file| {
-                let (store, columns) = (store.clone(), columns.clone());
-                async move { store.open_overlapping(file, columns, from, to).await }
+                let (store, columns, cache) = (store.clone(), columns.clone(), cache.clone());
+                async move { store.open_overlapping(file, columns, from, to, cache).await }
             })
             .buffered(4)
             .try_flatten()
@@ -302,6 +328,7 @@ impl Store {
         columns: Option<Vec<String>>,
         from: i64,
         to: i64,
+        cache: Option<Arc<ReadCache>>,
     ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
         use futures::StreamExt;
         use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
@@ -311,60 +338,122 @@ impl Store {
             path: name.clone(),
             source,
         };
+        let footer_key = format!("{name}#footer");
+        let footer = cache.as_ref().and_then(|c| match c.get(&footer_key) {
+            Some(Cached::Footer(m)) => Some(m),
+            _ => None,
+        });
         // The footer is read from the end (a suffix request), not at the
         // size the manifest recorded: a file replaced under the store is
         // then reported by what it holds, as a full read would.
         let reader = Ranged {
             store: self.object_store.clone(),
             path: path.clone(),
+            footer: footer.clone(),
         };
         let mut builder = ParquetRecordBatchStreamBuilder::new(reader)
             .await
             .map_err(perr)?
             .with_batch_size(64 * 1024);
+        if let (Some(c), None) = (&cache, &footer) {
+            c.put(footer_key, Cached::Footer(builder.metadata().clone()));
+        }
         let cols: Option<Vec<&str>> = columns
             .as_ref()
             .map(|c| c.iter().map(|s| s.as_str()).collect());
         check_schema(&name, &file.table, builder.schema(), cols.as_deref())?;
+        let meta = builder.metadata().clone();
+        let mut groups: Vec<usize> = (0..meta.num_row_groups()).collect();
         if let Some((starts, end)) = crate::layout::time_columns(&file.table) {
-            let meta = builder.metadata().clone();
             let schema = builder.parquet_schema();
             let index = |c: &str| schema.columns().iter().position(|d| d.name() == c);
             let start_idx: Vec<usize> = starts.iter().filter_map(|c| index(c)).collect();
             let end_idx = index(end);
-            let groups: Vec<usize> = (0..meta.num_row_groups())
-                .filter(|&g| {
-                    let rg = meta.row_group(g);
-                    // The earliest start of the group, the latest end: a
-                    // missing statistic keeps the group.
-                    let first = start_idx
-                        .iter()
-                        .map(|&i| i64_stat(rg.column(i).statistics(), false))
-                        .try_fold(i64::MAX, |acc, v| v.map(|v| acc.min(v)));
-                    let last = end_idx.and_then(|i| i64_stat(rg.column(i).statistics(), true));
-                    match (first, last) {
-                        (Some(first), Some(last)) if !start_idx.is_empty() => {
-                            first <= to && from <= last
-                        }
-                        _ => true,
+            groups.retain(|&g| {
+                let rg = meta.row_group(g);
+                // The earliest start of the group, the latest end: a
+                // missing statistic keeps the group.
+                let first = start_idx
+                    .iter()
+                    .map(|&i| i64_stat(rg.column(i).statistics(), false))
+                    .try_fold(i64::MAX, |acc, v| v.map(|v| acc.min(v)));
+                let last = end_idx.and_then(|i| i64_stat(rg.column(i).statistics(), true));
+                match (first, last) {
+                    (Some(first), Some(last)) if !start_idx.is_empty() => {
+                        first <= to && from <= last
                     }
-                })
-                .collect();
-            builder = builder.with_row_groups(groups);
+                    _ => true,
+                }
+            });
         }
         if let Some(cols) = &cols {
             let mask = projection(builder.schema(), builder.parquet_schema(), cols);
             builder = builder.with_projection(mask);
         }
-        let stream = builder.build().map_err(perr)?;
-        Ok(stream
-            .map(move |r| {
-                r.map_err(|e| StoreError::Parquet {
-                    path: name.clone(),
-                    source: e,
+        let Some(cache) = cache else {
+            let stream = builder.with_row_groups(groups).build().map_err(perr)?;
+            return Ok(stream
+                .map(move |r| {
+                    r.map_err(|e| StoreError::Parquet {
+                        path: name.clone(),
+                        source: e,
+                    })
                 })
+                .boxed());
+        };
+        // Through the cache: the row groups it lacks are decoded together,
+        // split back into their groups by their row counts, and kept.
+        let projected = cols.map_or_else(|| "*".to_string(), |c| c.join(","));
+        let keys: Vec<String> = groups
+            .iter()
+            .map(|g| format!("{name}#{g}#{projected}"))
+            .collect();
+        let mut found: Vec<Option<Arc<Vec<RecordBatch>>>> = keys
+            .iter()
+            .map(|k| match cache.get(k) {
+                Some(Cached::Rows(rows)) => Some(rows),
+                _ => None,
             })
-            .boxed())
+            .collect();
+        let missing: Vec<usize> = (0..groups.len()).filter(|&i| found[i].is_none()).collect();
+        if !missing.is_empty() {
+            let wanted: Vec<usize> = missing.iter().map(|&i| groups[i]).collect();
+            let decoded: Vec<RecordBatch> = builder
+                .with_row_groups(wanted)
+                .build()
+                .map_err(perr)?
+                .try_collect()
+                .await
+                .map_err(perr)?;
+            let mut decoded = decoded.into_iter();
+            let mut carry: Option<RecordBatch> = None;
+            for i in missing {
+                let mut need = usize::try_from(meta.row_group(groups[i]).num_rows()).unwrap_or(0);
+                let mut rows = Vec::new();
+                while need > 0 {
+                    let Some(b) = carry.take().or_else(|| decoded.next()) else {
+                        break;
+                    };
+                    if b.num_rows() <= need {
+                        need -= b.num_rows();
+                        rows.push(b);
+                    } else {
+                        rows.push(b.slice(0, need));
+                        carry = Some(b.slice(need, b.num_rows() - need));
+                        need = 0;
+                    }
+                }
+                let rows = Arc::new(rows);
+                cache.put(keys[i].clone(), Cached::Rows(rows.clone()));
+                found[i] = Some(rows);
+            }
+        }
+        let batches: Vec<RecordBatch> = found
+            .into_iter()
+            .flatten()
+            .flat_map(|rows| rows.iter().cloned().collect::<Vec<_>>())
+            .collect();
+        Ok(futures::stream::iter(batches.into_iter().map(Ok)).boxed())
     }
 
     /// The query index of `manifest` ([`crate::layout::QUERY_SPANS`]): per
@@ -508,6 +597,8 @@ fn projection(
 struct Ranged {
     store: Arc<dyn ObjectStore>,
     path: Path,
+    /// Its footer, when a cache had it: then not read again.
+    footer: Option<Arc<parquet::file::metadata::ParquetMetaData>>,
 }
 
 impl parquet::arrow::async_reader::MetadataSuffixFetch for &mut Ranged {
@@ -572,6 +663,9 @@ impl parquet::arrow::async_reader::AsyncFileReader for Ranged {
     > {
         use futures::FutureExt;
         async move {
+            if let Some(footer) = &self.footer {
+                return Ok(footer.clone());
+            }
             let metadata = parquet::file::metadata::ParquetMetaDataReader::new()
                 .with_arrow_reader_options(options)
                 .load_via_suffix_and_finish(self)

@@ -5,14 +5,28 @@
 //! is computed from the result, in `responsibility.rs`, `graph.rs` and
 //! `usecases.rs`.
 
-use super::level4::{Entry, Level4};
+use super::level4::{Culprit, Level4};
 use super::model::Dataset;
 use super::schedule::{self, BucketSource};
 use super::series::Windows;
 use super::sweep::{Attribution, Explained};
-use super::transitive::{pass_on, transitive, Rho, RunSeconds};
+use super::transitive::{pass_on, Rho, RunSeconds};
 use super::victims::{resolve_victims, window, BlameOptions, SlotBlame, TaskBlame, Victims};
-use crate::MethodError;
+use crate::{MethodError, Resource};
+
+/// The stages some slot wait of `series` is blamed on (the holders of
+/// section 5b), as a mask over the `stages` stages.
+fn holders(series: &[Level4], stages: usize) -> Vec<bool> {
+    let mut held = vec![false; stages];
+    for e in series.iter().flat_map(|l| l.iter()) {
+        if let (Resource::Slots, Culprit::Stage(cs)) = (e.resource, e.culprit()) {
+            if let Some(h) = held.get_mut(cs as usize) {
+                *h = true;
+            }
+        }
+    }
+    held
+}
 
 /// Level-4 blame of the victims' stages, over the window rows in memory.
 pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Level4), MethodError> {
@@ -82,17 +96,25 @@ fn blame_by<E: From<MethodError>>(
     let series = match (opts.slots, opts.tasks) {
         (SlotBlame::Direct, _) => sweeps(explained, windows, opts.attribution)?,
         (SlotBlame::Transitive, TaskBlame::All) => {
-            // Holders need their own level 4: explain every stage, then keep the victims'.
-            let all = vec![true; ds.stages.len()];
+            // Holders need their own level 4 (section 5b): explain the
+            // victims and the stages their slot waits are blamed on (found
+            // by the slot sweep alone), then keep the victims'. A stage's
+            // level 4 does not depend on which other stages are explained
+            // (every task is a consumer), so this is the result of
+            // explaining every stage, for the victims, without sweeping
+            // the hosts' rows where no victim or holder ran.
+            let mut mask = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
+            for (m, v) in mask.iter_mut().zip(&victims.stages) {
+                *m |= *v;
+            }
             let run = RunSeconds::of(ds, windows);
-            sweeps(Explained::stages(&all), windows, opts.attribution)?
+            sweeps(Explained::stages(&mask), windows, opts.attribution)?
                 .into_iter()
                 .enumerate()
                 .map(|(w, entries)| {
-                    let kept: Vec<Entry> = transitive(&entries, &run, w as u32)
-                        .into_iter()
-                        .filter(|e| victims.stages[e.stage as usize])
-                        .collect();
+                    let rho = Rho::of(entries.iter(), &run, w as u32);
+                    let of_victims = entries.iter().filter(|e| victims.stages[e.stage as usize]);
+                    let kept = pass_on(of_victims, &rho);
                     let (_, details) = entries.into_parts();
                     Level4::from_chunks(vec![kept], details)
                 })
@@ -100,17 +122,21 @@ fn blame_by<E: From<MethodError>>(
         }
         (SlotBlame::Transitive, TaskBlame::Last) => {
             // The holders' shares are over all their tasks: one sweep of
-            // every stage for them, one of the victims' last tasks.
-            let all = vec![true; ds.stages.len()];
+            // the victims' last tasks, one of every task of the holders
+            // their slot waits name.
             let run = RunSeconds::of(ds, windows);
-            let holders = sweeps(Explained::stages(&all), windows, opts.attribution)?;
             let last = sweeps(explained, windows, opts.attribution)?;
-            holders
-                .iter()
+            let named = holders(&last, ds.stages.len());
+            let held = if named.iter().any(|h| *h) {
+                sweeps(Explained::stages(&named), windows, opts.attribution)?
+            } else {
+                vec![Level4::default(); last.len()]
+            };
+            held.iter()
                 .zip(last)
                 .enumerate()
                 .map(|(w, (h, entries))| {
-                    let kept = pass_on(&entries, &Rho::of(h, &run, w as u32));
+                    let kept = pass_on(entries.iter(), &Rho::of(h.iter(), &run, w as u32));
                     let (_, details) = entries.into_parts();
                     Level4::from_chunks(vec![kept], details)
                 })

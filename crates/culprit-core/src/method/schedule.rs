@@ -87,6 +87,27 @@ fn slot_entries(
     Ok(nodes)
 }
 
+/// The stages the victims' slot waits are blamed on in the slot sweep (the
+/// holders of section 5b), as a mask over the stages; the slot sweep needs
+/// only the dataset in memory, not the window rows.
+pub(crate) fn slot_holders(
+    ds: &Dataset,
+    victim: Explained<'_>,
+    windows: &Windows,
+    mode: Attribution,
+) -> Result<Vec<bool>, MethodError> {
+    let nodes = slot_entries(ds, victim, windows, mode)?;
+    let mut held = vec![false; ds.stages.len()];
+    for e in nodes.first.iter().chain(nodes.rest.values().flatten()) {
+        if let Culprit::Stage(cs) = e.culprit() {
+            if let Some(h) = held.get_mut(cs as usize) {
+                *h = true;
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// The window rows of some hosts (one host bucket), grouped by (host,
 /// resource) as in [`Dataset::group`], with the tasks they name.
 #[derive(Debug)]

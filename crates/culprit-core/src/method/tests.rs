@@ -802,6 +802,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Transitive slot blame (section 5b) of named victims explains only the
+    /// victims and the holders their slot waits name; it must equal passing
+    /// the victims' slot waits on over a sweep that explains every stage.
+    #[test]
+    fn transitive_blame_equals_every_stage_explained(
+        tasks in proptest::collection::vec(rand_task(), 1..14),
+        hosts in any::<bool>(),
+        caps in proptest::collection::vec((0u8..30, 1u8..20, 0u8..6), 0..3),
+        victim in 0usize..4,
+        all_stages in any::<bool>(),
+        paper in any::<bool>(),
+    ) {
+        let mut ds = build(&tasks, false, hosts);
+        for &(s, l, c) in &caps {
+            let (s, e) = (s as i64 * S, (s as i64 + l as i64) * S);
+            ds.add_host_row("h0", Resource::Slots, HostRow { start: s, end: e, capacity: Some(c as f64), used: None, scope: 0, });
+        }
+        let victim = ds.queries.name((victim % ds.queries.len()) as u32).to_string();
+        let opts = BlameOptions {
+            victims: Some(vec![victim]),
+            stages: if all_stages { VictimStages::All } else { VictimStages::CriticalPath },
+            attribution: if paper { Attribution::Paper } else { Attribution::Window },
+            slots: SlotBlame::Transitive,
+            ..BlameOptions::default()
+        };
+        let (victims, got) = blame(&ds, &opts).unwrap();
+        // Every stage explained, then the victims' entries passed on.
+        let windows = Windows::one(victims::window(&opts));
+        let every = vec![true; ds.stages.len()];
+        let all = schedule::in_memory(&ds, sweep::Explained::stages(&every), &windows, opts.attribution)
+            .unwrap()
+            .pop()
+            .unwrap_or_default();
+        let run = transitive::RunSeconds::of(&ds, &windows);
+        let rho = transitive::Rho::of(all.iter(), &run, 0);
+        let want = Level4::from(transitive::pass_on(
+            all.iter().filter(|e| victims.stages[e.stage as usize]),
+            &rho,
+        ));
+        let (got, want) = (summed(&ds, &got), summed(&ds, &want));
+        for (k, x) in &want {
+            let g = got.get(k).copied().unwrap_or(0.0);
+            prop_assert!((g - x).abs() <= 1e-9 * (1.0 + x.abs()), "{k}: got {g}, want {x}");
+        }
+        for (k, g) in &got {
+            prop_assert!(want.contains_key(k) || g.abs() < 1e-9, "{k}: got {g}, want nothing");
+        }
+    }
+}
+
 /// A large analysis holds one level-4 node per explanation until sent: the
 /// memory figures of docs/operations.md assume 32 bytes.
 #[test]

@@ -4,7 +4,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::level4::{Culprit, Entry, Level4};
+use super::level4::{Culprit, Entry};
 use super::model::Dataset;
 use super::series::Windows;
 use crate::Resource;
@@ -49,9 +49,16 @@ impl RunSeconds {
 pub(crate) struct Rho(FxHashMap<u32, Vec<(Culprit, f64)>>);
 
 impl Rho {
-    pub(crate) fn of(entries: &Level4, run: &RunSeconds, w: u32) -> Rho {
+    pub(crate) fn of<'a>(
+        entries: impl IntoIterator<Item = &'a Entry>,
+        run: &RunSeconds,
+        w: u32,
+    ) -> Rho {
         let mut rho: FxHashMap<u32, Vec<(Culprit, f64)>> = FxHashMap::default();
-        for e in entries.iter().filter(|e| e.resource != Resource::Slots) {
+        for e in entries
+            .into_iter()
+            .filter(|e| e.resource != Resource::Slots)
+        {
             let v = rho.entry(e.stage).or_default();
             let c = e.culprit();
             match v.iter_mut().find(|(x, _)| *x == c) {
@@ -80,19 +87,16 @@ impl Rho {
 }
 
 /// Section 5b: a slot wait on holder `cs` becomes `b * rho(cs, X)` on each X
-/// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`; `entries` are
-/// window `w`'s.
-pub(crate) fn transitive(entries: &Level4, run: &RunSeconds, w: u32) -> Vec<Entry> {
-    pass_on(entries, &Rho::of(entries, run, w))
-}
-
-/// Section 5b with the holders' shares given: the victims' `entries` may
-/// come from another sweep than `rho` (`tasks=last` explains one task per
-/// victim stage, while a holder's shares are over all its tasks).
-pub(crate) fn pass_on(entries: &Level4, rho: &Rho) -> Vec<Entry> {
+/// that slowed `cs`, and `b * (1 - sum rho)` stays on `cs`. The victims'
+/// `entries` may come from another sweep than `rho` (the holders that are
+/// not victims are explained by a sweep of their own; `tasks=last` explains
+/// one task per victim stage, while a holder's shares are over all its
+/// tasks).
+pub(crate) fn pass_on<'a>(entries: impl IntoIterator<Item = &'a Entry>, rho: &Rho) -> Vec<Entry> {
     let rho = &rho.0;
-    let mut out = Vec::with_capacity(entries.len());
-    for e in entries.iter().copied() {
+    let entries = entries.into_iter();
+    let mut out = Vec::with_capacity(entries.size_hint().0);
+    for e in entries.copied() {
         let Culprit::Stage(cs) = e.culprit() else {
             out.push(e);
             continue;
