@@ -902,7 +902,8 @@ fn watch_follows_a_growing_log() {
 /// Issue #16: a byte-different copy of an application already ingested (the
 /// same log with one more event line, as a listener that writes its own
 /// events leaves it) adds nothing: not its keyed rows, nor its slot
-/// capacity rows (`host_windows`, identified by host, resource and window).
+/// capacity rows (`host_windows`, identified by host, resource, scope and
+/// window).
 /// Nor does the copy read in the same ingest as the original.
 #[tokio::test]
 async fn a_byte_different_copy_of_a_log_adds_no_slot_rows() {
