@@ -546,14 +546,18 @@ async fn prometheus_names_the_cpu_hog_external() {
             )
         })
         .collect();
+    // The writer counts its finished rounds (16 MiB each, fsynced), so
+    // the bytes it wrote are known from its own arguments.
     let writer_file = dir.join("writer.out");
+    let writer_rounds = dir.join("writer.rounds");
     let writer = spawn(
         "disk writer",
         Command::new("sh").args([
             "-c",
             &format!(
-                "while :; do dd if=/dev/zero of={} bs=1M count=16 conv=fsync status=none; done",
-                writer_file.display()
+                "n=0; while :; do dd if=/dev/zero of={} bs=1M count=16 conv=fsync status=none; n=$((n+1)); echo $n > {}; done",
+                writer_file.display(),
+                writer_rounds.display()
             ),
         ]),
         None,
@@ -581,6 +585,11 @@ async fn prometheus_names_the_cpu_hog_external() {
     let hog_cpu: f64 = hogs.iter().map(|h| process_cpu(h.child.id())).sum::<f64>() - hog_cpu0;
     drop(hogs);
     drop(writer);
+    let rounds: f64 = std::fs::read_to_string(&writer_rounds)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0.0);
+    let writer_bytes = rounds * 16.0 * 1024.0 * 1024.0;
     let end = now_us();
     // The samples after the end are scraped and stored.
     std::thread::sleep(Duration::from_secs(4));
@@ -646,8 +655,9 @@ async fn prometheus_names_the_cpu_hog_external() {
         assert_eq!(status, 200, "{body}");
         serde_json::from_str(&body).unwrap()
     };
+    let cpu_answer = ask("node_cpu_seconds_total");
     let cpu = windows_of(
-        &ask("node_cpu_seconds_total"),
+        &cpu_answer,
         step,
         |_| true,
         |l| l["mode"] != "idle" && l["mode"] != "iowait",
@@ -699,6 +709,19 @@ async fn prometheus_names_the_cpu_hog_external() {
         "measured {measured} cpu-s, workload {workload}, hog {hog_cpu}"
     );
     assert!(hog_cpu > 2.0, "the hogs ran: {hog_cpu} cpu-s");
+    // The writer's bytes are in the measured disk writes beyond the
+    // workload's own (the page cache may merge nothing: every round is
+    // fsynced; journal and other writers only add).
+    let measured_written: f64 = written.values().map(|(u, _)| u).sum();
+    let workload_written: f64 = tasks.iter().map(|t| t.output_bytes).sum();
+    assert!(
+        rounds >= 2.0,
+        "the disk writer finished {rounds} rounds of 16 MiB"
+    );
+    assert!(
+        measured_written - workload_written >= 0.8 * writer_bytes,
+        "measured {measured_written} bytes written, workload {workload_written}, writer {writer_bytes}"
+    );
 
     // The stored rows are those windows.
     let store = Store::open(&store_s).unwrap();
@@ -751,11 +774,23 @@ async fn prometheus_names_the_cpu_hog_external() {
     assert!(by_resource
         .get(&("cpu".into(), "external".into()))
         .is_some_and(|s| *s > 0.5));
+    // The writer is most of what the victim's disk writes waited for: its
+    // rate is many times the tasks' (1 MiB every few tens of ms each).
+    let victim_disk: f64 = tasks
+        .iter()
+        .filter(|t| t.query == "q-victim")
+        .map(|t| t.disk_write_blocked)
+        .sum();
+    let disk_external = by_resource
+        .get(&("disk_write".into(), "external".into()))
+        .copied()
+        .unwrap_or(0.0);
+    eprintln!(
+        "writer {rounds} rounds ({writer_bytes} bytes); measured {measured_written} bytes written, workload {workload_written}; disk_write external {disk_external:.3} s of the victim's {victim_disk:.3} s"
+    );
     assert!(
-        by_resource
-            .get(&("disk_write".into(), "external".into()))
-            .is_some_and(|s| *s > 0.0),
-        "{by_resource:?}"
+        victim_disk > 0.01 && disk_external >= 0.5 * victim_disk,
+        "disk_write external {disk_external} of {victim_disk} blocked s: {by_resource:?}"
     );
     // Conservation: the blame adds up to the victim's blocked seconds.
     let blocked: f64 = tasks
@@ -811,6 +846,130 @@ async fn prometheus_names_the_cpu_hog_external() {
         sql,
     ]);
     assert_eq!(a, b);
+
+    // --selector, --capacity and --devices of collect: a selector leaving
+    // out the `system` mode (series without a mode label still match),
+    // configured cpu and disk_write capacities, and only this disk counted.
+    // The rows are what Prometheus answers for those series, read here.
+    let disk = disks.iter().next().unwrap().clone();
+    let selected = dir.join("selected");
+    let out = run(&[
+        "collect",
+        "prometheus",
+        "--store",
+        selected.to_str().unwrap(),
+        "--url",
+        &url,
+        "--from",
+        &rfc3339(from),
+        "--to",
+        &rfc3339(to),
+        "--step",
+        "1s",
+        "--host-map",
+        host_map.to_str().unwrap(),
+        "--selector",
+        &format!("instance=\"{instance}\",mode!=\"system\""),
+        "--capacity",
+        "cpu=1.5,disk_write=123456789",
+        "--devices",
+        &disk,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let no_system = windows_of(
+        &cpu_answer,
+        step,
+        |_| true,
+        |l| l["mode"] != "idle" && l["mode"] != "iowait" && l["mode"] != "system",
+        "cpu",
+    );
+    let one_disk = windows_of(
+        &ask("node_disk_written_bytes_total"),
+        step,
+        |l| l["device"] == disk.as_str(),
+        |_| true,
+        "device",
+    );
+    let system: f64 = measured - no_system.values().map(|(u, _)| u).sum::<f64>();
+    assert!(system > 0.1, "system-mode cpu-s in the range: {system}");
+    let rows = |resource: &str| -> BTreeMap<(i64, i64), (String, f64)> {
+        run_ok(&[
+            "sql",
+            "--store",
+            selected.to_str().unwrap(),
+            "--format",
+            "csv",
+            &format!(
+                "SELECT CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), capacity, used \
+                 FROM host_windows WHERE host = '{host}' AND resource = '{resource}' ORDER BY 1"
+            ),
+        ])
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                (f[0].parse().unwrap(), f[1].parse().unwrap()),
+                (f[2].to_string(), f[3].parse().unwrap()),
+            )
+        })
+        .collect()
+    };
+    let cpu_rows = rows("cpu");
+    assert_eq!(
+        cpu_rows.keys().collect::<Vec<_>>(),
+        no_system.keys().collect::<Vec<_>>()
+    );
+    for (k, (cap, used)) in &cpu_rows {
+        assert_eq!(cap.parse::<f64>().unwrap(), 1.5, "{k:?}");
+        assert!(
+            close(*used, no_system[k].0),
+            "cpu {k:?}: stored {used}, Prometheus without system {}, with {}",
+            no_system[k].0,
+            cpu[k].0
+        );
+    }
+    let disk_rows = rows("disk_write");
+    assert_eq!(
+        disk_rows.keys().collect::<Vec<_>>(),
+        one_disk.keys().collect::<Vec<_>>()
+    );
+    for (k, (cap, used)) in &disk_rows {
+        assert_eq!(cap.parse::<f64>().unwrap(), 123456789.0, "{k:?}");
+        assert!(
+            close(*used, one_disk[k].0),
+            "disk_write {k:?}: {used} vs {}",
+            one_disk[k].0
+        );
+    }
+    // A selector matching no node_exporter series fails at once, storing
+    // nothing.
+    let nothing = dir.join("nothing");
+    let out = run(&[
+        "collect",
+        "prometheus",
+        "--store",
+        nothing.to_str().unwrap(),
+        "--url",
+        &url,
+        "--from",
+        &rfc3339(from),
+        "--to",
+        &rfc3339(to),
+        "--step",
+        "1s",
+        "--selector",
+        "instance=\"127.0.0.1:1\"",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("does --selector match it"),
+        "{err}"
+    );
 
     // --watch follows: each look stores the windows that ended since the
     // one before, none twice and none lost between two looks (the stored
@@ -1002,6 +1161,150 @@ fn recorded_answers_ingest_once() {
         err.contains("bad-sadf.json: x: timestamp '2026-13-45 25:00:00' is not a date and time"),
         "{err}"
     );
+}
+
+/// `--capacity` and `--devices` of `culprit ingest` on the recorded
+/// answers, with a second whole disk `vdb` added to the disk answers (vda's
+/// counters, tripled): by default both disks count and disk capacities are
+/// the largest rate measured; `--devices vdb` counts vdb alone, and
+/// `--capacity` replaces the core count and the measured maxima. Expected
+/// values are computed here from the JSON.
+#[test]
+fn recorded_answers_with_capacity_and_devices() {
+    let tmp = tempfile::tempdir().unwrap();
+    let answers = tmp.path().join("answers");
+    std::fs::create_dir_all(&answers).unwrap();
+    let mut disk_answers: BTreeMap<String, Value> = BTreeMap::new();
+    for e in std::fs::read_dir(fixtures().join("prometheus"))
+        .unwrap()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().to_string();
+        let mut v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        if name.starts_with("node_disk_") {
+            let result = v["data"]["result"].as_array_mut().unwrap();
+            let mut vdb = result
+                .iter()
+                .find(|s| s["metric"]["device"] == "vda")
+                .expect("vda in the recorded disk answer")
+                .clone();
+            vdb["metric"]["device"] = Value::from("vdb");
+            for p in vdb["values"].as_array_mut().unwrap() {
+                let x: f64 = p[1].as_str().unwrap().parse().unwrap();
+                p[1] = Value::from(format!("{}", x * 3.0));
+            }
+            result.push(vdb);
+            disk_answers.insert(name.clone(), v.clone());
+        }
+        std::fs::write(answers.join(&name), v.to_string()).unwrap();
+    }
+    let step = 1_000_000;
+    let per_window = |file: &str, devices: &[&str]| {
+        windows_of(
+            &disk_answers[file],
+            step,
+            |l| devices.contains(&l["device"].as_str().unwrap_or("")),
+            |_| true,
+            "device",
+        )
+    };
+    let written_file = "node_disk_written_bytes_total.json";
+    let read_file = "node_disk_read_bytes_total.json";
+    let cpu_answer: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("prometheus/node_cpu_seconds_total.json")).unwrap(),
+    )
+    .unwrap();
+    let cpu = windows_of(
+        &cpu_answer,
+        step,
+        |_| true,
+        |l| l["mode"] != "idle" && l["mode"] != "iowait",
+        "cpu",
+    );
+
+    // (capacity, used) per (resource, window start, window end), read back.
+    let ingest = |store: &str,
+                  flags: &[&str]|
+     -> BTreeMap<(String, i64, i64), (Option<f64>, f64)> {
+        let mut args = vec!["ingest", "--store", store];
+        args.extend(flags);
+        args.push(answers.to_str().unwrap());
+        run_ok(&args);
+        run_ok(&[
+            "sql",
+            "--store",
+            store,
+            "--format",
+            "csv",
+            "SELECT resource, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), capacity, used \
+             FROM host_windows WHERE host = '127.0.0.1' ORDER BY 1, 2",
+        ])
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                (f[0].to_string(), f[1].parse().unwrap(), f[2].parse().unwrap()),
+                (f[3].parse().ok(), f[4].parse().unwrap()),
+            )
+        })
+        .collect()
+    };
+    let max_rate = |w: &BTreeMap<(i64, i64), (f64, usize)>| {
+        w.iter()
+            .map(|(&(s, e), &(u, _))| u / ((e - s) as f64 / 1e6))
+            .fold(0.0, f64::max)
+    };
+    let check = |rows: &BTreeMap<(String, i64, i64), (Option<f64>, f64)>,
+                 resource: &str,
+                 want: &BTreeMap<(i64, i64), (f64, usize)>,
+                 capacity: f64| {
+        let got: Vec<(i64, i64)> = rows
+            .keys()
+            .filter(|k| k.0 == resource)
+            .map(|k| (k.1, k.2))
+            .collect();
+        assert_eq!(got, want.keys().copied().collect::<Vec<_>>(), "{resource}");
+        for (&(s, e), &(used, _)) in want {
+            let (cap, got) = rows[&(resource.to_string(), s, e)];
+            assert!(
+                close(got, used),
+                "{resource} [{s}, {e}): stored {got}, expected {used}"
+            );
+            assert_eq!(cap, Some(capacity), "{resource} [{s}, {e}) capacity");
+        }
+    };
+
+    // Defaults: vda and vdb both count; capacities measured (cores: 2).
+    let rows = ingest(tmp.path().join("default").to_str().unwrap(), &[]);
+    let both = per_window(written_file, &["vda", "vdb"]);
+    assert!(both.values().map(|(u, _)| u).sum::<f64>() > 1e9);
+    check(&rows, "disk_write", &both, max_rate(&both));
+    let both_read = per_window(read_file, &["vda", "vdb"]);
+    check(&rows, "disk_read", &both_read, max_rate(&both_read));
+    let cores = cpu.values().next().unwrap().1 as f64;
+    assert_eq!(cores, 2.0);
+    check(&rows, "cpu", &cpu, cores);
+
+    // --devices vdb --capacity: vdb's bytes alone (3 x vda's), the
+    // configured capacities.
+    let rows = ingest(
+        tmp.path().join("flags").to_str().unwrap(),
+        &[
+            "--devices",
+            "vdb",
+            "--capacity",
+            "cpu=1.5,disk_write=5e8,disk_read=2e6",
+        ],
+    );
+    let vdb = per_window(written_file, &["vdb"]);
+    let vda = per_window(written_file, &["vda"]);
+    for (k, (u, _)) in &vdb {
+        assert!(close(*u, 3.0 * vda[k].0), "{k:?}");
+    }
+    check(&rows, "disk_write", &vdb, 5e8);
+    check(&rows, "disk_read", &per_window(read_file, &["vdb"]), 2e6);
+    check(&rows, "cpu", &cpu, 1.5);
 }
 
 /// A task over the recorded answers' span on their host: the CPU that

@@ -25,7 +25,13 @@ fn some(s: &str) -> Option<String> {
 }
 
 fn trino(rel: &str) -> PathBuf {
-    test_data().join("trino").join(rel)
+    let path = test_data().join("trino").join(rel);
+    assert!(
+        path.exists(),
+        "the real Trino test data is missing: no {} (set CULPRIT_TEST_DATA to the folder holding trino/)",
+        path.display()
+    );
+    path
 }
 
 const QUERY_INFO: &str = "prestodb-pbench/cmd/loadjson/trino_query_info.json";
@@ -257,6 +263,45 @@ async fn query_info_ingests_with_exact_counts_and_values() {
         "disk_read_blocked",
     );
 
+    // Memory and GC, per task against the file: the `memory`/`user`
+    // window over the task's run acquires its peakUserMemoryReservation,
+    // and gc_seconds is its fullGcTime (0 in every task here).
+    let info: Value = serde_json::from_slice(&std::fs::read(trino(QUERY_INFO)).unwrap()).unwrap();
+    let mut stack = vec![&info["outputStage"]];
+    let mut file_tasks = Vec::new();
+    while let Some(stage) = stack.pop() {
+        file_tasks.extend(stage["tasks"].as_array().unwrap());
+        stack.extend(stage["subStages"].as_array().unwrap());
+    }
+    assert_eq!(file_tasks.len(), 19);
+    let m = query(
+        &store,
+        "SELECT t.task_id, w.acquired, t.gc_seconds, \
+         CAST(w.window_start = t.launch_time AND w.window_end = t.finish_time AS VARCHAR) \
+         FROM tasks t JOIN task_windows w ON t.task_id = w.task_id \
+         WHERE w.resource = 'memory' AND w.detail = 'user' ORDER BY 1",
+    )
+    .await;
+    let (ids, acquired, gc, spans) = (texts(&m, 0), floats(&m, 1), floats(&m, 2), texts(&m, 3));
+    assert_eq!(ids.len(), 19, "{ids:?}");
+    let mut peak_total = 0.0;
+    for t in file_tasks {
+        let id = t["taskStatus"]["taskId"].as_str().unwrap();
+        let i = ids
+            .iter()
+            .position(|x| x.as_deref() == Some(id))
+            .unwrap_or_else(|| panic!("no memory window of {id}"));
+        let peak = t["stats"]["peakUserMemoryReservation"].as_str().unwrap();
+        let bytes: f64 = peak.strip_suffix('B').unwrap().parse().unwrap();
+        peak_total += bytes;
+        assert_eq!(acquired[i], Some(bytes), "{id} peak user memory {peak}");
+        assert_eq!(spans[i].as_deref(), Some("true"), "{id} memory window span");
+        let full_gc = t["taskStatus"]["fullGcTime"].as_str().unwrap();
+        let gc_s: f64 = full_gc.strip_suffix("ns").unwrap().parse::<f64>().unwrap() / 1e9;
+        assert_eq!(gc[i], Some(gc_s), "{id} fullGcTime {full_gc}");
+    }
+    assert!(peak_total > 4e9, "{peak_total}");
+
     // Blame conserves: the query's blame is its blocked seconds (cpu
     // 4148.22, network 859.5, disk read 2069.27) plus its tasks' slot waits
     // (19 x 235 us).
@@ -379,6 +424,176 @@ async fn presto_completed_events() {
     let tags: Value = serde_json::from_str(texts(&q, 2)[2].as_deref().unwrap()).unwrap();
     assert_eq!(tags["error_code"], "SYNTAX_ERROR");
     assert_eq!(count(&store, "SELECT count(*) FROM stages").await, 5);
+
+    // Values, against the files read here (serde_json, not the ingest):
+    // every field of every completed event of test_success, test_error
+    // and 202506160854_0, where the folder's other copies of the query
+    // (the same query id in another file) say the same.
+    let stored = query(
+        &store,
+        "SELECT query_id, \"user\", pool, status, submit_time, start_time, end_time, tags \
+         FROM queries ORDER BY query_id",
+    )
+    .await;
+    let ids = texts(&stored, 0);
+    let row = |id: &str| ids.iter().position(|x| x.as_deref() == Some(id)).unwrap();
+    let events = completed_events(&trino(EVENTS));
+    let mut checked = std::collections::BTreeSet::new();
+    for file in [
+        "test_success.ndjson",
+        "test_error.ndjson",
+        "202506160854_0.ndjson",
+    ] {
+        for (id, want) in events.iter().filter(|e| e.1.file == file) {
+            let copies: Vec<&Expected> =
+                events.iter().filter(|e| &e.0 == id).map(|e| &e.1).collect();
+            let agree = |f: &dyn Fn(&Expected) -> Value| copies.iter().all(|c| f(c) == f(want));
+            let i = row(id);
+            let tags: Value =
+                serde_json::from_str(texts(&stored, 7)[i].as_deref().unwrap()).unwrap();
+            let got: Vec<(&str, Value)> = vec![
+                ("user", texts(&stored, 1)[i].clone().into()),
+                ("pool", texts(&stored, 2)[i].clone().into()),
+                ("status", texts(&stored, 3)[i].clone().into()),
+                ("submit_time", micros(&stored, 4)[i].into()),
+                ("start_time", micros(&stored, 5)[i].into()),
+                ("end_time", micros(&stored, 6)[i].into()),
+            ];
+            for (name, value) in got {
+                let field = |e: &Expected| e.columns[name].clone();
+                if agree(&field) {
+                    assert_eq!(value, field(want), "{file} {id} {name}");
+                    checked.insert((id.clone(), name.to_string()));
+                }
+            }
+            for (tag, value) in &want.tags {
+                let field = |e: &Expected| e.tags.get(tag).cloned().unwrap_or(Value::Null);
+                if agree(&field) {
+                    match (tags[tag].as_f64(), value.as_f64()) {
+                        (Some(g), Some(w)) => close(g, w, &format!("{file} {id} tag {tag}")),
+                        _ => assert_eq!(&tags[tag], value, "{file} {id} tag {tag}"),
+                    }
+                    checked.insert((id.clone(), tag.clone()));
+                }
+            }
+        }
+    }
+    // 00028 (test_success alone) and 00031 (202506160854_0 alone) are
+    // checked in full: 00028's cpuTimeMillis 1000 is 1 s of cpu_time.
+    for (id, n) in [
+        ("20250616_084809_00028_ux3a6", 22),
+        ("20250616_085452_00031_ux3a6", 22),
+    ] {
+        let fields = checked.iter().filter(|c| c.0 == id).count();
+        assert!(fields >= n, "{id}: {fields} fields checked: {checked:?}");
+    }
+    let t: Value = serde_json::from_str(
+        texts(&stored, 7)[row("20250616_084809_00028_ux3a6")]
+            .as_deref()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(t["cpu_time"], 1.0);
+    assert!(checked.len() > 60, "{}", checked.len());
+}
+
+/// What a completed event of pbench's dumps says, read by the test.
+struct Expected {
+    file: String,
+    /// query columns: user, pool, status, submit_time, start_time, end_time
+    columns: std::collections::BTreeMap<&'static str, Value>,
+    /// tags: the wrapper's durations in seconds, the statistics' sizes, the
+    /// cluster and error code
+    tags: std::collections::BTreeMap<String, Value>,
+}
+
+/// Every `queryCompletedEvent` line of the folder's files, by query id.
+fn completed_events(dir: &Path) -> Vec<(String, Expected)> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for path in files {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let Ok(w) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let e = &w["queryCompletedEvent"];
+            let Some(id) = e["metadata"]["queryId"].as_str() else {
+                continue;
+            };
+            let us = |k: &str| Value::from(e[k].as_f64().map(|s| (s * 1e6).round() as i64));
+            let ctx = &e["context"];
+            let pool = ctx["resourceGroupId"].as_array().map(|a| {
+                a.iter()
+                    .map(|x| x.as_str().unwrap())
+                    .collect::<Vec<_>>()
+                    .join(".")
+            });
+            let status = match e["metadata"]["queryState"].as_str().unwrap() {
+                "FINISHED" => "succeeded",
+                "FAILED" => "failed",
+                other => panic!("{file}: state {other}"),
+            };
+            let columns = std::collections::BTreeMap::from([
+                ("user", ctx["user"].clone()),
+                ("pool", Value::from(pool)),
+                ("status", Value::from(status)),
+                ("submit_time", us("createTime")),
+                ("start_time", us("executionStartTime")),
+                ("end_time", us("endTime")),
+            ]);
+            let mut tags = std::collections::BTreeMap::new();
+            for (tag, millis) in [
+                ("cpu_time", "cpuTimeMillis"),
+                ("wall_time", "wallTimeMillis"),
+                ("queued_time", "queuedTimeMillis"),
+                ("analysis_time", "analysisTimeMillis"),
+            ] {
+                tags.insert(
+                    tag.to_string(),
+                    Value::from(w[millis].as_f64().unwrap() / 1e3),
+                );
+            }
+            for (tag, key) in [
+                ("peak_user_memory_bytes", "peakUserMemoryBytes"),
+                (
+                    "peak_total_non_revocable_memory_bytes",
+                    "peakTotalNonRevocableMemoryBytes",
+                ),
+                ("peak_task_user_memory", "peakTaskUserMemory"),
+                ("peak_task_total_memory", "peakTaskTotalMemory"),
+                ("total_bytes", "totalBytes"),
+                ("output_bytes", "outputBytes"),
+                ("written_output_bytes", "writtenOutputBytes"),
+                ("cumulative_memory", "cumulativeMemory"),
+                ("completed_splits", "completedSplits"),
+            ] {
+                let x = e["statistics"][key].as_f64();
+                assert!(x.is_some(), "{file} {id}: statistics.{key}");
+                tags.insert(tag.to_string(), Value::from(x));
+            }
+            tags.insert("cluster".into(), w["clusterName"].clone());
+            tags.insert(
+                "error_code".into(),
+                e["failureInfo"]["errorCode"]["name"].clone(),
+            );
+            tags.insert("engine_version".into(), ctx["serverVersion"].clone());
+            out.push((
+                id.to_string(),
+                Expected {
+                    file: file.clone(),
+                    columns,
+                    tags,
+                },
+            ));
+        }
+    }
+    out
 }
 
 /// The stage tree of a Trino QueryCompletedEvent (its `payload`, saved

@@ -444,6 +444,108 @@ fn trino_completed_event_with_payload() {
     assert!(tags.get("tasks_known").is_none());
 }
 
+/// Trino's completed event without its payload (the listener cut it):
+/// the query, and one stage row per stage of `cpuTimeDistribution` and
+/// `stageGcStatistics`, each carrying its entries as given; no task.
+#[test]
+fn trino_completed_event_without_payload() {
+    let cpu = json!([
+        {"stageId": 0, "tasks": 1, "p25": 12, "p50": 12, "p75": 12, "p90": 12,
+         "p95": 12, "p99": 12, "min": 12, "max": 12, "total": 12, "average": 12.0},
+        {"stageId": 1, "tasks": 4, "p25": 300, "p50": 410, "p75": 520, "p90": 600,
+         "p95": 600, "p99": 600, "min": 250, "max": 600, "total": 1760, "average": 440.0},
+    ]);
+    let gc = json!([
+        {"stageId": 1, "tasks": 5, "fullGcTasks": 2, "minFullGcSec": 1, "maxFullGcSec": 3,
+         "totalFullGcSec": 4, "averageFullGcSec": 2},
+        {"stageId": 2, "tasks": 3, "fullGcTasks": 1, "minFullGcSec": 0, "maxFullGcSec": 7,
+         "totalFullGcSec": 7, "averageFullGcSec": 7},
+    ]);
+    let event = json!({
+        "metadata": {"queryId": "20240704_153137_00007_abcde", "queryState": "FINISHED",
+                     "query": "SELECT count(*) FROM t"},
+        "statistics": {"cpuTime": 1.772, "wallTime": "PT9.25S", "queuedTime": 0.125,
+                       "peakUserMemoryBytes": 4096, "physicalInputBytes": 123456,
+                       "cpuTimeDistribution": cpu, "stageGcStatistics": gc},
+        "context": {"user": "bob", "serverVersion": "448", "environment": "prod",
+                    "resourceGroupId": ["global", "etl"]},
+        "createTime": at(0.0), "executionStartTime": at(0.5), "endTime": at(9.75),
+    });
+    let p = parsed(&event);
+    assert_eq!(p.queries, 1);
+    assert!(p.malformed.is_empty(), "{:?}", p.malformed);
+    assert_eq!(
+        text(&p, Table::Queries, "query_id"),
+        [event["metadata"]["queryId"].as_str().map(String::from)]
+    );
+    assert_eq!(text(&p, Table::Queries, "user"), [some("bob")]);
+    assert_eq!(text(&p, Table::Queries, "pool"), [some("global.etl")]);
+    assert_eq!(text(&p, Table::Queries, "status"), [some("succeeded")]);
+    let us = |s: f64| Some(T0 * 1_000_000 + (s * 1e6).round() as i64);
+    assert_eq!(times(&p, Table::Queries, "submit_time"), [us(0.0)]);
+    assert_eq!(times(&p, Table::Queries, "start_time"), [us(0.5)]);
+    assert_eq!(times(&p, Table::Queries, "end_time"), [us(9.75)]);
+    let tags: Value =
+        serde_json::from_str(text(&p, Table::Queries, "tags")[0].as_deref().unwrap()).unwrap();
+    assert_eq!(tags["source"], "trino");
+    assert_eq!(tags["engine_version"], "448");
+    assert_eq!(tags["environment"], "prod");
+    assert_eq!(tags["tasks_known"], false);
+    // Statistics durations are seconds (Java's ISO form too), sizes bytes.
+    assert_eq!(tags["wall_time"], 9.25);
+    let stats = &event["statistics"];
+    for (tag, key) in [
+        ("cpu_time", "cpuTime"),
+        ("queued_time", "queuedTime"),
+        ("peak_user_memory_bytes", "peakUserMemoryBytes"),
+        ("physical_input_bytes", "physicalInputBytes"),
+    ] {
+        assert_eq!(tags[tag].as_f64(), stats[key].as_f64(), "{tag}");
+    }
+
+    // Stages 0, 1 and 2: the union of both lists, in stage order.
+    assert_eq!(
+        text(&p, Table::Stages, "query_id"),
+        vec![some("20240704_153137_00007_abcde"); 3]
+    );
+    assert_eq!(
+        text(&p, Table::Stages, "stage_id"),
+        [some("0"), some("1"), some("2")]
+    );
+    let attrs: Vec<Value> = text(&p, Table::Stages, "attrs")
+        .iter()
+        .map(|a| serde_json::from_str(a.as_deref().unwrap()).unwrap())
+        .collect();
+    // Stage 0: cpu only.
+    assert_eq!(attrs[0]["cpu_distribution"], cpu[0]);
+    assert_eq!(attrs[0]["tasks"], 1.0);
+    assert!(attrs[0].get("gc_statistics").is_none(), "{}", attrs[0]);
+    // Stage 1: both; its task count is the cpu distribution's (4), not
+    // the gc statistics' (5).
+    assert_eq!(attrs[1]["cpu_distribution"], cpu[1]);
+    assert_eq!(attrs[1]["gc_statistics"], gc[0]);
+    assert_eq!(attrs[1]["tasks"], 4.0);
+    assert_eq!(attrs[1]["cpu_distribution"]["total"], 1760);
+    assert_eq!(attrs[1]["gc_statistics"]["totalFullGcSec"], 4);
+    // Stage 2: gc only, its task count from there.
+    assert_eq!(attrs[2]["gc_statistics"], gc[1]);
+    assert_eq!(attrs[2]["tasks"], 3.0);
+    assert!(attrs[2].get("cpu_distribution").is_none(), "{}", attrs[2]);
+
+    // No host, so no task and no window; a note says so.
+    assert_eq!(table(&p, Table::Tasks).len(), 0);
+    assert_eq!(table(&p, Table::TaskWindows).len(), 0);
+    assert_eq!(p.notes.len(), 1, "{:?}", p.notes);
+    assert!(
+        p.notes[0].contains("20240704_153137_00007_abcde")
+            && p.notes[0].contains("stage statistics")
+            && p.notes[0].contains("3 stages")
+            && p.notes[0].contains("no tasks"),
+        "{:?}",
+        p.notes
+    );
+}
+
 #[test]
 fn what_is_not_trino() {
     assert!(read(b"").is_none());
