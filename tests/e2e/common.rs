@@ -263,12 +263,20 @@ pub fn proc_status_kb(pid: u32, field: &str) -> u64 {
 /// Starts `culprit serve --store STORE --listen 127.0.0.1:0 ARGS...` and
 /// waits until it says where it listens.
 pub fn serve_process(store: &str, args: &[&str]) -> ServeProcess {
+    serve_process_with(store, args, &[])
+}
+
+/// [`serve_process`] with `envs` added to its environment (and no
+/// `MALLOC_ARENA_MAX` but the one `envs` may give).
+pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> ServeProcess {
     use std::io::{BufRead, BufReader};
     let mut child = culprit()
         .args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
         .args(args)
         .env_remove("CULPRIT_STORE")
         .env_remove("CULPRIT_LISTEN")
+        .env_remove("MALLOC_ARENA_MAX")
+        .envs(envs.iter().copied())
         .env("RUST_LOG", "info")
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())

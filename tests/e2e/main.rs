@@ -2,6 +2,7 @@
 //! port, real clients (tokio-postgres, psql).
 
 mod accuracy;
+mod allocator;
 mod bi_tools;
 mod budget;
 mod cli_flags;

@@ -2,6 +2,7 @@
 //! it over the PostgreSQL wire.
 
 mod accuracy;
+mod arenas;
 mod collect;
 mod collect_trino;
 mod files;
@@ -414,6 +415,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    arenas::cap();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
