@@ -15,6 +15,7 @@ mod foreign_files;
 mod hostmetrics;
 mod html;
 mod ingest;
+mod ingest_spill;
 mod ingest_stream;
 mod jdbc_meta;
 mod load;

@@ -295,6 +295,10 @@ enum Command {
         #[arg(long, default_value_t = (culprit_ingest::DEFAULT_MAX_DECODED_BYTES >> 20) as usize,
               value_parser = limits::max_decoded_mb)]
         max_decoded_mb: usize,
+        /// The most tasks whose runs are held in memory; past it the ingest spills them to
+        /// a sorted temporary file. Hidden: for tests of the spilled index.
+        #[arg(long, hide = true, default_value_t = culprit_ingest::DEFAULT_MEMORY_TASKS)]
+        memory_tasks: usize,
         #[command(flatten)]
         host_metrics: collect::HostMetricsArgs,
         /// Files, folders, or s3:// / file:// URLs.
@@ -414,14 +418,24 @@ enum Command {
     },
 }
 
+/// The blocking threads of `culprit ingest`'s runtime.
+const INGEST_BLOCKING_THREADS: usize = 3;
+
 fn main() -> ExitCode {
     arenas::cap();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if matches!(cli.command, Command::Ingest { .. }) {
+        // An ingest keeps two files encoding and a few small writes on the
+        // blocking pool; more threads than that only cost memory: glibc's
+        // malloc gives each thread that allocates an arena of its own (up
+        // to 8 per core), and each keeps freed memory (docs/performance.md,
+        // "Ingest streams").
+        builder.max_blocking_threads(INGEST_BLOCKING_THREADS);
+    }
+    let runtime = builder.build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
         Err(e) => {
@@ -445,6 +459,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             interval,
             compaction,
             max_decoded_mb,
+            memory_tasks,
             host_metrics,
             paths,
         } => {
@@ -496,6 +511,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 strict,
                 max_decoded_bytes: (max_decoded_mb as u64) << 20,
                 host_metrics: host_metrics.options()?,
+                memory_tasks,
             };
             if watch {
                 let interval = std::time::Duration::from_secs_f64(

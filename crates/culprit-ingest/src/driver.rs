@@ -45,6 +45,10 @@ pub struct IngestOptions {
     /// How host metrics (Prometheus answers, `sadf -j` files) become
     /// `host_windows` rows.
     pub host_metrics: HostMetricsOptions,
+    /// The most tasks whose runs are held in memory; past it they are
+    /// spilled to a sorted temporary file ([`crate::DEFAULT_MEMORY_TASKS`];
+    /// lower only to test the spilled index).
+    pub memory_tasks: usize,
 }
 
 impl Default for IngestOptions {
@@ -54,6 +58,7 @@ impl Default for IngestOptions {
             strict: false,
             max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
             host_metrics: HostMetricsOptions::default(),
+            memory_tasks: crate::DEFAULT_MEMORY_TASKS,
         }
     }
 }
@@ -108,6 +113,9 @@ pub struct IngestReport {
     /// skipped, a cut last line of a log in progress.
     pub notes: Vec<String>,
     pub seconds: f64,
+    /// Times the task index was spilled to its temporary file (more tasks
+    /// than `IngestOptions::memory_tasks`).
+    pub index_spills: usize,
     /// The manifest version committed, if anything was.
     pub version: Option<u64>,
 }
@@ -156,6 +164,12 @@ impl IngestReport {
         if !self.ignored_files.is_empty() {
             s.push_str(&format!("; {} files ignored", self.ignored_files.len()));
         }
+        if self.index_spills > 0 {
+            s.push_str(&format!(
+                "; task index spilled to disk {} times",
+                self.index_spills
+            ));
+        }
         s.push_str(&format!("; {:.2} s", self.seconds));
         if let Some(v) = self.version {
             s.push_str(&format!(" (store version {v})"));
@@ -179,15 +193,14 @@ pub async fn ingest(
     let (work, candidates) = sort_sources(sources, opts, &mut report);
     let logs = spark::group(candidates);
     let manifest = store.manifest().await?;
-    let mut known = index_stored(store, &manifest, &work, &logs).await?;
+    let mut known = index_stored(store, &manifest, &work, &logs, opts.memory_tasks).await?;
 
     let (files, bytes) = total_size(&work, &logs);
     progress.start(files, bytes);
     let mut ctx = Ctx {
         store,
-        pending: Some(store.begin()),
+        pending: Some(begin(store)),
         in_flight: None,
-        to_note: Vec::new(),
         manifest: &manifest,
         known: &mut known,
         report: &mut report,
@@ -201,10 +214,19 @@ pub async fn ingest(
     let read = ctx.read_all(work, logs).await;
     let (pending, written) = ctx.land().await;
     let read = read.and(written);
+    report.index_spills = known.tasks.spills();
     progress.finish();
     end_batch(pending, read, opts, &mut report).await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// A batch whose window rows are written by the host buckets the ingest
+/// gives (from its task index), so the batch keeps no map of its own.
+fn begin(store: &Store) -> PendingBatch {
+    let mut pending = store.begin();
+    pending.set_note_tasks(false);
+    pending
 }
 
 /// Sorts the sources into interchange files (in table order, so tasks are
@@ -243,8 +265,9 @@ async fn index_stored(
     manifest: &culprit_store::Manifest,
     work: &[TableFile],
     logs: &[LogUnit],
+    memory_tasks: usize,
 ) -> Result<Known> {
-    let mut known = Known::default();
+    let mut known = Known::new(memory_tasks);
     let mut tables: HashSet<Table> = work.iter().map(|(t, _, _)| *t).collect();
     if !logs.is_empty() {
         tables.extend([
@@ -259,6 +282,9 @@ async fn index_stored(
         let mut stored = store.scan_table(manifest, Table::Tasks, Some(&cols));
         while let Some(batch) = stored.try_next().await? {
             validate::index_tasks(std::slice::from_ref(&batch), &mut known);
+            if let Some(e) = known.tasks.take_error() {
+                return Err(e.into());
+            }
         }
     }
     // Every other keyed table (tasks' keys are indexed with their runs).
@@ -320,6 +346,8 @@ struct Buffer {
     batches: Vec<RecordBatch>,
     /// Per batch, where its rows came from (window tables only).
     places: Vec<Vec<Place>>,
+    /// Per batch, the host bucket of each row (`task_windows` only).
+    buckets: Vec<Vec<u32>>,
     /// Per batch, how a window identity seen before in this ingest is
     /// treated.
     modes: Vec<BatchDuplicates>,
@@ -341,9 +369,6 @@ struct Ctx<'a> {
     /// The write of the rows read before: it holds the batch until done,
     /// while the next rows are read and checked (both cores busy).
     in_flight: Option<tokio::task::JoinHandle<(PendingBatch, Result<()>)>>,
-    /// Tasks accepted while a write was in flight, to note in the batch
-    /// (their hosts' buckets) before its next write.
-    to_note: Vec<RecordBatch>,
     manifest: &'a culprit_store::Manifest,
     known: &'a mut Known,
     report: &'a mut IngestReport,
@@ -376,7 +401,11 @@ impl Ctx<'_> {
         if raw.len() == 0 && raw.unreadable.is_empty() && duplicates == BatchDuplicates::Skip {
             return Ok(true); // a log with nothing for this table
         }
-        let checked = match validate::check(table, raw, file, self.known, duplicates) {
+        let checked = validate::check(table, raw, file, self.known, duplicates);
+        if let Some(e) = self.known.tasks.take_error() {
+            return Err(e.into());
+        }
+        let checked = match checked {
             Ok(c) => c,
             Err(reason) => {
                 let reason = match duplicates {
@@ -401,15 +430,11 @@ impl Ctx<'_> {
                 reason,
             });
         }
-        if table == Table::Tasks {
-            // Window rows may be flushed before these tasks: they are written
-            // bucket by bucket, by their task's host.
-            self.to_note.push(checked.batch.clone());
-        }
         let entry = self.buffered.entry(table).or_default();
         entry.bytes += checked.batch.get_array_memory_size();
         entry.batches.push(checked.batch);
         entry.places.push(checked.places);
+        entry.buckets.push(checked.buckets);
         entry.modes.push(duplicates);
         if entry.bytes >= FLUSH_BYTES {
             let buffer = std::mem::take(entry);
@@ -422,30 +447,27 @@ impl Ctx<'_> {
     /// identity is already stored, or was written earlier in this batch,
     /// are dropped first.
     async fn write(&mut self, table: Table, buffer: Buffer) -> Result<()> {
-        let batches = if identity::columns(table).is_empty() {
-            buffer.batches
+        let (batches, buckets) = if identity::columns(table).is_empty() {
+            (buffer.batches, buffer.buckets)
         } else {
             self.drop_duplicate_windows(table, buffer).await?
         };
         let mut pending = self.pending().await?;
         self.in_flight = Some(tokio::spawn(async move {
-            let written = pending
-                .write_owned(table, batches)
-                .await
-                .map_err(IngestError::from);
-            (pending, written)
+            let written = if table == Table::TaskWindows {
+                pending.write_routed(table, batches, buckets).await
+            } else {
+                pending.write_owned(table, batches).await
+            };
+            (pending, written.map_err(IngestError::from))
         }));
         Ok(())
     }
 
     /// The batch, once the write in flight is done (its error, if any,
-    /// returned), with the tasks accepted since noted.
+    /// returned).
     async fn pending(&mut self) -> Result<PendingBatch> {
-        let (mut pending, written) = self.land().await;
-        let notes = std::mem::take(&mut self.to_note);
-        for tasks in &notes {
-            pending.note_tasks(tasks);
-        }
+        let (pending, written) = self.land().await;
         match written {
             Ok(()) => Ok(pending),
             Err(e) => {
@@ -465,7 +487,7 @@ impl Ctx<'_> {
             // A panicked write: the batch is gone with it; its files are
             // unlisted (invisible) and the ingest fails.
             Err(e) => (
-                self.store.begin(),
+                begin(self.store),
                 Err(IngestError::Store(culprit_store::StoreError::Worker(
                     e.to_string(),
                 ))),
@@ -492,13 +514,14 @@ impl Ctx<'_> {
         &mut self,
         table: Table,
         buffer: Buffer,
-    ) -> Result<Vec<RecordBatch>> {
+    ) -> Result<(Vec<RecordBatch>, Vec<Vec<u32>>)> {
         use arrow::array::{AsArray, BooleanArray};
         use arrow::datatypes::TimestampMicrosecondType;
         let Buffer {
             batches,
             places,
             modes,
+            buckets,
             ..
         } = buffer;
         let mut span: Option<(i64, i64)> = None;
@@ -550,7 +573,7 @@ impl Ctx<'_> {
                 .map(|at| (ours[at].1 as usize, ours[at].2 as usize))
         };
         let Some((first, last)) = span else {
-            return Ok(batches);
+            return Ok((batches, buckets));
         };
         // Rows this batch wrote already (from earlier parts of the input).
         let written: Vec<_> = self
@@ -611,18 +634,31 @@ impl Ctx<'_> {
             }
         }
         drop(ours);
-        batches
-            .into_iter()
-            .zip(keep)
-            .map(|(batch, keep)| {
-                if keep.iter().all(|k| *k) {
-                    return Ok(batch);
-                }
-                let mask = BooleanArray::from(keep);
+        let mut kept_buckets = Vec::with_capacity(buckets.len());
+        let mut kept = Vec::with_capacity(batches.len());
+        for ((batch, keep), bucket) in batches.into_iter().zip(keep).zip(buckets) {
+            if keep.iter().all(|k| *k) {
+                kept.push(batch);
+                kept_buckets.push(bucket);
+                continue;
+            }
+            let bucket = if bucket.is_empty() {
+                bucket
+            } else {
+                bucket
+                    .into_iter()
+                    .zip(&keep)
+                    .filter_map(|(b, k)| k.then_some(b))
+                    .collect()
+            };
+            let mask = BooleanArray::from(keep);
+            kept.push(
                 arrow::compute::filter_record_batch(&batch, &mask)
-                    .map_err(|e| IngestError::Store(e.into()))
-            })
-            .collect()
+                    .map_err(|e| IngestError::Store(e.into()))?,
+            );
+            kept_buckets.push(bucket);
+        }
+        Ok((kept, kept_buckets))
     }
 
     /// A window row whose identity an earlier row of this ingest has: a

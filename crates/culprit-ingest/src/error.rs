@@ -10,6 +10,9 @@ pub enum IngestError {
     Store(#[from] culprit_store::StoreError),
     #[error("--strict: {0} rows rejected, nothing ingested")]
     Strict(usize),
+    /// Reading or writing the spilled task index (a temporary file).
+    #[error("the task index's temporary file: {0}")]
+    TaskIndex(#[from] std::io::Error),
 }
 
 pub type Result<T, E = IngestError> = std::result::Result<T, E>;

@@ -12,24 +12,7 @@ use culprit_core::{ColumnKind, Resource, Table};
 use crate::convert::convert;
 use crate::formats::{Origin, RawRows};
 
-/// A digest of a key or task id ([`crate::identity::key_digest`]).
-pub type Key = (u64, u64);
-
-/// A task this ingest knows (stored, or accepted earlier in it): its run,
-/// for checking its windows, and where it was accepted, for the message
-/// of a duplicate. 40 bytes: one map entry per task is what memory grows
-/// by with the number of tasks.
-#[derive(Debug, Clone, Copy)]
-pub struct TaskSpan {
-    pub launch: i64,
-    pub finish: i64,
-    /// `i64::MIN`: no ready time.
-    ready: i64,
-    /// The file ([`Known::files`]) that gave it, `u32::MAX` for a stored task.
-    file: u32,
-    /// Its place in that file ([`pack`]).
-    origin: u64,
-}
+pub use crate::task_index::{Key, TaskIndex, TaskSpan, NO_BUCKET};
 
 impl TaskSpan {
     pub fn ready(&self) -> Option<i64> {
@@ -43,6 +26,9 @@ impl TaskSpan {
             ready: ready.unwrap_or(i64::MIN),
             file: u32::MAX,
             origin: 0,
+            // The host of a stored task is not read: its windows go to the
+            // files of no bucket, as they did before.
+            bucket: NO_BUCKET,
         }
     }
 
@@ -79,8 +65,10 @@ pub type Place = (u32, Origin);
 #[derive(Default)]
 pub struct Known {
     /// The tasks stored or accepted, by digest of their id (the key of
-    /// `tasks`, so the tasks table's keys are checked here).
-    pub tasks: HashMap<Key, TaskSpan>,
+    /// `tasks`, so the tasks table's keys are checked here): in memory up
+    /// to a limit, the rest spilled to a sorted file
+    /// ([`crate::task_index`]).
+    pub tasks: TaskIndex,
     /// Keys already stored, per table (but tasks).
     pub stored_keys: HashMap<Table, HashSet<Key>>,
     /// Keys accepted earlier in this batch (but tasks): where they came from.
@@ -91,6 +79,14 @@ pub struct Known {
 }
 
 impl Known {
+    /// Nothing known yet; at most `memory_tasks` tasks held in memory.
+    pub fn new(memory_tasks: usize) -> Self {
+        Known {
+            tasks: TaskIndex::new(memory_tasks),
+            ..Default::default()
+        }
+    }
+
     /// The index of `file` in [`Known::files`] (added if new).
     pub fn file(&mut self, file: &str) -> u32 {
         if let Some(i) = self.file_index.get(file) {
@@ -117,6 +113,9 @@ pub struct Checked {
     /// Where each row of `batch` came from (window tables only, for the
     /// identity check when they are written; empty for the others).
     pub places: Vec<Place>,
+    /// The host bucket of each row of `batch` (its task's; `task_windows`
+    /// only, empty for the others): the file it is written to.
+    pub buckets: Vec<u32>,
 }
 
 /// How to treat a key seen earlier in the same batch.
@@ -151,9 +150,11 @@ pub fn check(
     };
     check_time_order(&view, rows, &mut reasons);
     check_resources(&view, rows, &mut reasons);
-    if table == Table::TaskWindows {
-        check_windows_in_tasks(&view, rows, known, &mut reasons);
-    }
+    let buckets = if table == Table::TaskWindows {
+        check_windows_in_tasks(&view, rows, known, &mut reasons)
+    } else {
+        Vec::new()
+    };
     let already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
 
     let keep: BooleanArray = (0..rows)
@@ -168,6 +169,14 @@ pub fn check(
         (0..rows)
             .filter(|&i| reasons.accepts(i) && !already[i])
             .map(|i| (f, raw.origins[i]))
+            .collect()
+    };
+    let buckets = if buckets.is_empty() {
+        buckets
+    } else {
+        (0..rows)
+            .filter(|&i| reasons.accepts(i) && !already[i])
+            .map(|i| buckets[i])
             .collect()
     };
     let columns = columns
@@ -190,6 +199,7 @@ pub fn check(
         rejected,
         already_stored: already.iter().filter(|a| **a).count(),
         places,
+        buckets,
     })
 }
 
@@ -323,8 +333,14 @@ fn check_resources(columns: &Columns, rows: usize, reasons: &mut Reasons) {
 /// Rejects task windows that name no known task or lie outside its run: a
 /// slot wait must lie inside [ready_time, launch_time), any other window
 /// inside [launch_time, finish_time]. Rows already rejected are not looked
-/// at (their values may be missing).
-fn check_windows_in_tasks(columns: &Columns, rows: usize, known: &Known, reasons: &mut Reasons) {
+/// at (their values may be missing). Returns each row's host bucket (its
+/// task's; [`NO_BUCKET`] when unknown).
+fn check_windows_in_tasks(
+    columns: &Columns,
+    rows: usize,
+    known: &mut Known,
+    reasons: &mut Reasons,
+) -> Vec<u32> {
     let (ids, resources, starts, ends) = (
         columns.text("task_id"),
         columns.text("resource"),
@@ -332,8 +348,9 @@ fn check_windows_in_tasks(columns: &Columns, rows: usize, known: &Known, reasons
         columns.time("window_end"),
     );
     // Consecutive rows usually name the same task: looked up once.
-    let mut last: Option<(&str, Option<&TaskSpan>)> = None;
-    for i in 0..rows {
+    let mut last: Option<(&str, Option<TaskSpan>)> = None;
+    let mut buckets = vec![NO_BUCKET; rows];
+    for (i, bucket) in buckets.iter_mut().enumerate() {
         if !reasons.accepts(i) {
             continue;
         }
@@ -350,6 +367,7 @@ fn check_windows_in_tasks(columns: &Columns, rows: usize, known: &Known, reasons
             reasons.reject(i, format!("unknown task id '{id}'"));
             continue;
         };
+        *bucket = span.bucket;
         let (start, end) = (starts.value(i), ends.value(i));
         if resources.value(i) == "slots" {
             match span.ready() {
@@ -370,6 +388,7 @@ fn check_windows_in_tasks(columns: &Columns, rows: usize, known: &Known, reasons
             );
         }
     }
+    buckets
 }
 
 /// Checks the keys of the rows not rejected: a key already stored means
@@ -443,20 +462,22 @@ fn check_task_keys(
     reasons: &mut Reasons,
     already: &mut [bool],
 ) {
-    use std::collections::hash_map::Entry;
-    let (launch, finish, ready) = (
+    let (launch, finish, ready, hosts) = (
         columns.time("launch_time"),
         columns.time("finish_time"),
         columns.time("ready_time"),
+        columns.text("host"),
     );
     for (i, already_stored) in already.iter_mut().enumerate() {
         if !reasons.accepts(i) {
             continue;
         }
         let id = ids.value(i);
-        match known.tasks.entry(crate::identity::key_digest(&[id])) {
-            Entry::Vacant(e) => {
-                e.insert(TaskSpan {
+        let key = crate::identity::key_digest(&[id]);
+        match known.tasks.get(&key) {
+            None => known.tasks.insert_new(
+                key,
+                TaskSpan {
                     launch: launch.value(i),
                     finish: finish.value(i),
                     ready: if ready.is_valid(i) {
@@ -466,9 +487,10 @@ fn check_task_keys(
                     },
                     file: f,
                     origin: pack(raw.origins[i]),
-                });
-            }
-            Entry::Occupied(e) => match e.get().place() {
+                    bucket: culprit_store::layout::host_bucket(hosts.value(i)),
+                },
+            ),
+            Some(span) => match span.place() {
                 None => *already_stored = true,
                 Some(_) if duplicates == BatchDuplicates::Skip => *already_stored = true,
                 Some((ff, origin)) => {
@@ -505,7 +527,7 @@ pub fn index_tasks(batches: &[RecordBatch], known: &mut Known) {
         );
         for i in 0..b.num_rows() {
             let id = crate::identity::key_digest(&[ids.value(i)]);
-            known.tasks.insert(
+            known.tasks.insert_new(
                 id,
                 TaskSpan::stored(
                     launch.value(i),

@@ -218,6 +218,7 @@ impl Store {
             sources: Vec::new(),
             parts: BTreeMap::new(),
             task_buckets: std::collections::HashMap::new(),
+            note_tasks: true,
             user_changes: Vec::new(),
             job_changes: Vec::new(),
             kind: None,
@@ -989,6 +990,8 @@ pub struct PendingBatch {
     /// The host bucket of every task this batch has seen, so that its
     /// window rows are written bucket by bucket.
     task_buckets: std::collections::HashMap<(u64, u64), u32>,
+    /// Whether writing `tasks` notes them ([`PendingBatch::set_note_tasks`]).
+    note_tasks: bool,
 }
 
 impl PendingBatch {
@@ -1024,6 +1027,14 @@ impl PendingBatch {
         });
     }
 
+    /// Whether writing `tasks` rows notes their hosts' buckets (the default):
+    /// off for a writer that gives the buckets of its window rows itself
+    /// ([`PendingBatch::write_routed`]), so the batch keeps no map of every
+    /// task.
+    pub fn set_note_tasks(&mut self, on: bool) {
+        self.note_tasks = on;
+    }
+
     /// Notes the hosts of `tasks` rows (call it as soon as tasks are known,
     /// before their window rows are written): `task_windows` rows are then
     /// written in one file per host bucket, which lets the blame sweep read
@@ -1047,6 +1058,24 @@ impl PendingBatch {
                     .or_insert_with(|| crate::layout::host_bucket(host.value(i)));
             }
         }
+    }
+
+    /// The rows of `task_windows` batches by the bucket given for each
+    /// (`routes`, one per row of each batch); a bucket past the last
+    /// (`u32::MAX`) is none: those rows go last, under `None`.
+    fn by_route(routes: &[Vec<u32>]) -> Vec<(Option<u32>, Rows)> {
+        let n = crate::layout::HOST_BUCKETS as usize;
+        let mut out: Vec<Rows> = vec![Vec::new(); n + 1];
+        for (bi, route) in routes.iter().enumerate() {
+            for (i, b) in route.iter().enumerate() {
+                out[(*b as usize).min(n)].push((bi, i));
+            }
+        }
+        out.into_iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(b, v)| ((b < n).then_some(b as u32), v))
+            .collect()
     }
 
     /// The rows of `task_windows` batches by the host bucket of their
@@ -1104,13 +1133,59 @@ impl PendingBatch {
     /// [`Self::write`] of rows the batch may keep (and drop as soon as
     /// they are encoded): no copy of them is made but the sorted files'.
     pub async fn write_owned(&mut self, table: Table, batches: Vec<RecordBatch>) -> Result<()> {
-        let batches: Vec<RecordBatch> = batches.into_iter().filter(|b| b.num_rows() > 0).collect();
+        self.write_inner(table, batches, None).await
+    }
+
+    /// [`Self::write_owned`] of `task_windows` rows whose host buckets the
+    /// caller gives: `buckets[b][i]` is the bucket of row `i` of batch `b`
+    /// (`u32::MAX`: none), instead of those of the tasks noted.
+    pub async fn write_routed(
+        &mut self,
+        table: Table,
+        batches: Vec<RecordBatch>,
+        buckets: Vec<Vec<u32>>,
+    ) -> Result<()> {
+        if buckets.len() != batches.len()
+            || batches
+                .iter()
+                .zip(&buckets)
+                .any(|(b, r)| b.num_rows() != r.len())
+        {
+            return Err(StoreError::Worker(
+                "write_routed: a bucket is not given for every row".into(),
+            ));
+        }
+        self.write_inner(table, batches, Some(buckets)).await
+    }
+
+    async fn write_inner(
+        &mut self,
+        table: Table,
+        batches: Vec<RecordBatch>,
+        routes: Option<Vec<Vec<u32>>>,
+    ) -> Result<()> {
+        let (batches, routes): (Vec<RecordBatch>, Option<Vec<Vec<u32>>>) = match routes {
+            None => (
+                batches.into_iter().filter(|b| b.num_rows() > 0).collect(),
+                None,
+            ),
+            Some(routes) => {
+                let (b, r) = batches
+                    .into_iter()
+                    .zip(routes)
+                    .filter(|(b, _)| b.num_rows() > 0)
+                    .unzip();
+                (b, Some(r))
+            }
+        };
         if batches.is_empty() {
             return Ok(());
         }
         let index = if table == Table::Tasks {
-            for b in &batches {
-                self.note_tasks(b);
+            if self.note_tasks {
+                for b in &batches {
+                    self.note_tasks(b);
+                }
             }
             query_spans(&batches)?
         } else {
@@ -1119,10 +1194,13 @@ impl PendingBatch {
         let batches = Arc::new(batches);
         let groups: Vec<(Option<u32>, Rows, bool)> = if table == Table::TaskWindows {
             // Each bucket is sorted by its job.
-            self.by_bucket(&batches)
-                .into_iter()
-                .map(|(b, rows)| (b, rows, true))
-                .collect()
+            match &routes {
+                Some(routes) => Self::by_route(routes),
+                None => self.by_bucket(&batches),
+            }
+            .into_iter()
+            .map(|(b, rows)| (b, rows, true))
+            .collect()
         } else {
             // One group, sorted here, then cut into pieces that encode on
             // both cores, each covering its own stretch of time.

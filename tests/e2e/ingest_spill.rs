@@ -1,0 +1,245 @@
+//! The ingest's task index spilled to disk (issue #17 item 4): with the
+//! tasks held in memory capped far below the input's (the hidden
+//! `--memory-tasks`), every row is still stored once with the input's
+//! values and in its host bucket, the rejections that need the index
+//! (an unknown task, a window outside its task, a task key twice across
+//! files) are still named with file and line, a second ingest of the same
+//! rows adds nothing, and the temporary files are gone afterwards.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, TimestampMicrosecondType};
+use culprit_core::Table;
+use futures::TryStreamExt;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+
+use crate::common::{culprit, run_ok};
+
+fn read(path: &Path) -> Vec<RecordBatch> {
+    let file = std::fs::File::open(path).unwrap();
+    ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Writes batches as a Parquet file (zstd: other bytes than the generator's).
+fn write(path: &Path, batches: &[RecordBatch]) {
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = ArrowWriter::try_new(file, batches[0].schema(), Some(props)).unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.close().unwrap();
+}
+
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
+}
+
+fn sum(batches: &[RecordBatch], column: &str) -> f64 {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let c = b
+                .column_by_name(column)
+                .unwrap()
+                .as_primitive::<Float64Type>();
+            c.iter().flatten().collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+fn sql(store: &str, query: &str) -> Vec<f64> {
+    let out = run_ok(&["sql", "--store", store, "--format", "csv", query]);
+    let line = out.lines().nth(1).unwrap().to_string();
+    line.split(',').map(|v| v.parse().unwrap()).collect()
+}
+
+/// `culprit ingest` with a temporary folder of its own: its output, and
+/// whether it left anything there.
+fn ingest(tmpdir: &Path, args: &[&str]) -> String {
+    let out = culprit()
+        .arg("ingest")
+        .args(args)
+        .env_remove("CULPRIT_STORE")
+        .env("TMPDIR", tmpdir)
+        .output()
+        .unwrap();
+    let left: Vec<_> = std::fs::read_dir(tmpdir).unwrap().collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tmp.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let input = tmp.path().join("in");
+    let input_s = input.to_str().unwrap();
+    run_ok(&[
+        "generate", "--out", input_s, "--tasks", "20000", "--hosts", "20",
+    ]);
+    let windows = read(&input.join("task_windows.parquet"));
+    let tasks = read(&input.join("tasks.parquet"));
+    let (n_windows, n_tasks) = (rows(&windows), rows(&tasks));
+    assert!(
+        n_tasks == 20_000 && n_windows > 200_000,
+        "{n_tasks} {n_windows}"
+    );
+
+    // Rows whose check needs the index, about the first task of the input
+    // (long spilled to disk when they are read).
+    let t0 = tasks[0]
+        .column_by_name("task_id")
+        .unwrap()
+        .as_string::<i32>();
+    let t0 = t0.value(0).to_string();
+    let finish = tasks[0]
+        .column_by_name("finish_time")
+        .unwrap()
+        .as_primitive::<TimestampMicrosecondType>()
+        .value(0)
+        / 1000;
+    let extra = tmp.path().join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(
+        extra.join("tasks.csv"),
+        format!(
+            "task_id,query_id,stage_id,host,launch_time,finish_time\n\
+             {t0},q,0,h,1767225600000,1767225602000\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        extra.join("task_windows.jsonl"),
+        format!(
+            "{{\"task_id\":\"nope\",\"window_start\":{finish},\"window_end\":{},\"resource\":\"cpu\",\"blocked\":0,\"acquired\":1}}\n\
+             {{\"task_id\":\"{t0}\",\"window_start\":{},\"window_end\":{},\"resource\":\"cpu\",\"blocked\":0,\"acquired\":1}}\n",
+            finish + 1000,
+            finish + 1000,
+            finish + 2000
+        ),
+    )
+    .unwrap();
+
+    let store = tmp.path().join("store");
+    let store_s = store.to_str().unwrap().to_string();
+    let extra_s = extra.to_str().unwrap();
+    let said = ingest(
+        &scratch,
+        &[
+            "--store",
+            &store_s,
+            "--memory-tasks",
+            "1000",
+            input_s,
+            extra_s,
+        ],
+    );
+    // The index did go to disk: 20,000 tasks, 1,000 in memory.
+    assert!(
+        said.contains("task index spilled to disk 20 times"),
+        "{said}"
+    );
+    let tasks_file = input.join("tasks.parquet").display().to_string();
+    let csv = extra.join("tasks.csv").display().to_string();
+    let jsonl = extra.join("task_windows.jsonl").display().to_string();
+    for want in [
+        format!("{csv}: line 2: duplicate key '{t0}' (first at {tasks_file}:row 1)"),
+        format!("{jsonl}: line 1: unknown task id 'nope'"),
+        format!("{jsonl}: line 2: window outside its task '{t0}' [launch_time, finish_time]"),
+    ] {
+        assert!(said.contains(&want), "missing {want}:\n{said}");
+    }
+    assert!(said.contains("rejected 3"), "{said}");
+
+    // Every input row, once, with the input's values.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
+    let got = sql(
+        &store_s,
+        "SELECT count(*), sum(blocked), sum(acquired) FROM task_windows",
+    );
+    assert_eq!(got[0] as usize, n_windows, "{got:?}");
+    assert!(close(got[1], sum(&windows, "blocked")), "{got:?}");
+    assert!(close(got[2], sum(&windows, "acquired")), "{got:?}");
+    let got = sql(&store_s, "SELECT count(*), sum(cpu_seconds) FROM tasks");
+    assert_eq!(got[0] as usize, n_tasks, "{got:?}");
+    assert!(close(got[1], sum(&tasks, "cpu_seconds")), "{got:?}");
+
+    // Each window file holds one host bucket's rows, by its task's host
+    // (the bucket the spilled index gave).
+    let mut host_of: HashMap<String, String> = HashMap::new();
+    for b in &tasks {
+        let ids = b.column_by_name("task_id").unwrap().as_string::<i32>();
+        let hs = b.column_by_name("host").unwrap().as_string::<i32>();
+        for i in 0..b.num_rows() {
+            host_of.insert(ids.value(i).to_string(), hs.value(i).to_string());
+        }
+    }
+    let st = culprit_store::Store::open(&store_s).unwrap();
+    let manifest = st.manifest().await.unwrap();
+    let mut seen = 0;
+    for f in manifest.files_of(Table::TaskWindows).cloned() {
+        let bucket = f
+            .bucket
+            .expect("every task is known: every file has its bucket");
+        let batches: Vec<RecordBatch> = st
+            .scan_files(vec![f.clone()], None)
+            .try_collect()
+            .await
+            .unwrap();
+        for b in &batches {
+            let ids = b.column_by_name("task_id").unwrap().as_string::<i32>();
+            for i in 0..b.num_rows() {
+                let host = &host_of[ids.value(i)];
+                assert_eq!(
+                    culprit_store::layout::host_bucket(host),
+                    bucket,
+                    "{}",
+                    f.path
+                );
+            }
+        }
+        seen += rows(&batches);
+    }
+    assert_eq!(seen, n_windows);
+
+    // The same rows again in other bytes, the stored tasks spilled too:
+    // nothing is added.
+    let again = tmp.path().join("again");
+    std::fs::create_dir_all(&again).unwrap();
+    write(&again.join("tasks.parquet"), &tasks);
+    write(&again.join("task_windows.parquet"), &windows);
+    let said = ingest(
+        &scratch,
+        &[
+            "--store",
+            &store_s,
+            "--memory-tasks",
+            "1000",
+            again.to_str().unwrap(),
+        ],
+    );
+    assert!(said.contains("no new rows"), "{said}");
+    assert!(said.contains("rejected 0"), "{said}");
+    assert!(
+        said.contains(&format!("{} rows already stored", n_tasks + n_windows)),
+        "{said}"
+    );
+    let got = sql(&store_s, "SELECT count(*) FROM task_windows");
+    assert_eq!(got[0] as usize, n_windows);
+}
