@@ -5,28 +5,14 @@
 //! is computed from the result, in `responsibility.rs`, `graph.rs` and
 //! `usecases.rs`.
 
-use super::level4::{Culprit, Level4};
+use super::level4::Level4;
 use super::model::Dataset;
 use super::schedule::{self, BucketSource};
 use super::series::Windows;
 use super::sweep::{Attribution, Explained};
 use super::transitive::{pass_on, Rho, RunSeconds};
 use super::victims::{resolve_victims, window, BlameOptions, SlotBlame, TaskBlame, Victims};
-use crate::{MethodError, Resource};
-
-/// The stages some slot wait of `series` is blamed on (the holders of
-/// section 5b), as a mask over the `stages` stages.
-fn holders(series: &[Level4], stages: usize) -> Vec<bool> {
-    let mut held = vec![false; stages];
-    for e in series.iter().flat_map(|l| l.iter()) {
-        if let (Resource::Slots, Culprit::Stage(cs)) = (e.resource, e.culprit()) {
-            if let Some(h) = held.get_mut(cs as usize) {
-                *h = true;
-            }
-        }
-    }
-    held
-}
+use crate::MethodError;
 
 /// Level-4 blame of the victims' stages, over the window rows in memory.
 pub fn blame(ds: &Dataset, opts: &BlameOptions) -> Result<(Victims, Level4), MethodError> {
@@ -123,10 +109,10 @@ fn blame_by<E: From<MethodError>>(
         (SlotBlame::Transitive, TaskBlame::Last) => {
             // The holders' shares are over all their tasks: one sweep of
             // the victims' last tasks, one of every task of the holders
-            // their slot waits name.
+            // their slot waits are blamed on (found by the slot sweep).
             let run = RunSeconds::of(ds, windows);
+            let named = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
             let last = sweeps(explained, windows, opts.attribution)?;
-            let named = holders(&last, ds.stages.len());
             let held = if named.iter().any(|h| *h) {
                 sweeps(Explained::stages(&named), windows, opts.attribution)?
             } else {

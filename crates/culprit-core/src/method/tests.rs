@@ -807,7 +807,9 @@ proptest! {
 
     /// Transitive slot blame (section 5b) of named victims explains only the
     /// victims and the holders their slot waits name; it must equal passing
-    /// the victims' slot waits on over a sweep that explains every stage.
+    /// the victims' slot waits on with shares from a sweep that explains
+    /// every stage (with `victim_tasks=last` too: the victims' last tasks,
+    /// the holders' shares over all their tasks).
     #[test]
     fn transitive_blame_equals_every_stage_explained(
         tasks in proptest::collection::vec(rand_task(), 1..14),
@@ -816,6 +818,7 @@ proptest! {
         victim in 0usize..4,
         all_stages in any::<bool>(),
         paper in any::<bool>(),
+        last in any::<bool>(),
     ) {
         let mut ds = build(&tasks, false, hosts);
         for &(s, l, c) in &caps {
@@ -828,23 +831,30 @@ proptest! {
             stages: if all_stages { VictimStages::All } else { VictimStages::CriticalPath },
             attribution: if paper { Attribution::Paper } else { Attribution::Window },
             slots: SlotBlame::Transitive,
+            tasks: if last { TaskBlame::Last } else { TaskBlame::All },
             ..BlameOptions::default()
         };
         let (victims, got) = blame(&ds, &opts).unwrap();
-        // Every stage explained, then the victims' entries passed on.
+        // Every stage explained: the holders' shares; the victims' entries
+        // from the same sweep, or from one of their last tasks.
         let windows = Windows::one(victims::window(&opts));
+        let sweep = |explained| {
+            schedule::in_memory(&ds, explained, &windows, opts.attribution)
+                .unwrap()
+                .pop()
+                .unwrap_or_default()
+        };
         let every = vec![true; ds.stages.len()];
-        let all = schedule::in_memory(&ds, sweep::Explained::stages(&every), &windows, opts.attribution)
-            .unwrap()
-            .pop()
-            .unwrap_or_default();
+        let all = sweep(sweep::Explained::stages(&every));
         let run = transitive::RunSeconds::of(&ds, &windows);
         let rho = transitive::Rho::of(all.iter(), &run, 0);
-        let want = Level4::from(transitive::pass_on(
-            all.iter().filter(|e| victims.stages[e.stage as usize]),
-            &rho,
-        ));
-        let (got, want) = (summed(&ds, &got), summed(&ds, &want));
+        let want = if last {
+            let of_last = sweep(sweep::Explained::new(&victims.stages, victims.tasks.as_deref()));
+            transitive::pass_on(of_last.iter(), &rho)
+        } else {
+            transitive::pass_on(all.iter().filter(|e| victims.stages[e.stage as usize]), &rho)
+        };
+        let (got, want) = (summed(&ds, &got), summed(&ds, &Level4::from(want)));
         for (k, x) in &want {
             let g = got.get(k).copied().unwrap_or(0.0);
             prop_assert!((g - x).abs() <= 1e-9 * (1.0 + x.abs()), "{k}: got {g}, want {x}");
