@@ -310,3 +310,57 @@ pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> 
         stderr,
     }
 }
+
+/// Parquet files read and written by the tests themselves (not by
+/// culprit's code), to check stored rows against the input.
+pub mod parquet_files {
+    use std::path::Path;
+
+    use arrow::array::{AsArray, RecordBatch};
+    use arrow::datatypes::Float64Type;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::ArrowWriter;
+
+    /// Reads a Parquet file whole (the test's own reader, not culprit's).
+    pub fn read(path: &Path) -> Vec<RecordBatch> {
+        let file = std::fs::File::open(path).unwrap();
+        ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Writes batches as a Parquet file (zstd: other bytes than the generator's).
+    pub fn write(path: &Path, batches: &[RecordBatch]) {
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+            .build();
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = ArrowWriter::try_new(file, batches[0].schema(), Some(props)).unwrap();
+        for b in batches {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+
+    /// Rows of `batches`.
+    pub fn rows(batches: &[RecordBatch]) -> usize {
+        batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// The sum of a Float64 column of `batches` (nulls left out).
+    pub fn sum(batches: &[RecordBatch], column: &str) -> f64 {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let c = b
+                    .column_by_name(column)
+                    .unwrap()
+                    .as_primitive::<Float64Type>();
+                c.iter().flatten().collect::<Vec<_>>()
+            })
+            .sum()
+    }
+}

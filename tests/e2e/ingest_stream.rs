@@ -6,57 +6,14 @@
 //! process's peak memory does not grow with the input.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{Float64Type, TimestampMicrosecondType};
+use arrow::datatypes::TimestampMicrosecondType;
 use culprit_core::Table;
 use futures::TryStreamExt;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 
+use crate::common::parquet_files::{read, rows, sum, write};
 use crate::common::{culprit, proc_status_kb, run_ok};
-
-/// Reads a Parquet file whole (the test's own reader, not culprit's).
-fn read(path: &Path) -> Vec<RecordBatch> {
-    let file = std::fs::File::open(path).unwrap();
-    ParquetRecordBatchReaderBuilder::try_new(file)
-        .unwrap()
-        .build()
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
-}
-
-/// Writes batches as a Parquet file (zstd: other bytes than the generator's).
-fn write(path: &Path, batches: &[RecordBatch]) {
-    let props = parquet::file::properties::WriterProperties::builder()
-        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut w = ArrowWriter::try_new(file, batches[0].schema(), Some(props)).unwrap();
-    for b in batches {
-        w.write(b).unwrap();
-    }
-    w.close().unwrap();
-}
-
-fn rows(batches: &[RecordBatch]) -> usize {
-    batches.iter().map(|b| b.num_rows()).sum()
-}
-
-fn sum(batches: &[RecordBatch], column: &str) -> f64 {
-    batches
-        .iter()
-        .flat_map(|b| {
-            let c = b
-                .column_by_name(column)
-                .unwrap()
-                .as_primitive::<Float64Type>();
-            c.iter().flatten().collect::<Vec<_>>()
-        })
-        .sum()
-}
 
 /// Runs `culprit ARGS` and returns its stderr and peak resident memory
 /// (`VmHWM` of /proc, polled until it exits), in bytes.

@@ -62,7 +62,7 @@ async fn store_of(w: &culprit_sim::Workload) -> Store {
 }
 
 /// Every culprit row of the victim, by (kind, culprit), as numbers.
-fn culprits(s: &Snapshot, opts: &BlameOptions) -> BTreeMap<(String, String), [f64; 4]> {
+fn culprits(s: &Snapshot, opts: &BlameOptions) -> Culprits {
     let rows = s.culprits(opts).unwrap();
     let ds = &s.ds;
     rows.iter()
@@ -86,6 +86,25 @@ fn culprits(s: &Snapshot, opts: &BlameOptions) -> BTreeMap<(String, String), [f6
 
 fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-6)
+}
+
+type Culprits = BTreeMap<(String, String), [f64; 4]>;
+
+/// `got` has the culprits of `want`, each with the same values; `what`
+/// names the comparison in a failure.
+fn assert_same(want: &Culprits, got: &Culprits, what: &str) {
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (k, a) in want {
+        let b = &got[k];
+        assert!(
+            a.iter().zip(b).all(|(x, y)| same(*x, *y)),
+            "{what}, {k:?}: whole store {a:?}, got {b:?}"
+        );
+    }
 }
 
 async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> usize {
@@ -200,18 +219,7 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
                 .unwrap()
                 .expect("the store has a complete query index");
             let got = culprits(&through, &opts);
-            assert_eq!(
-                want.keys().collect::<Vec<_>>(),
-                got.keys().collect::<Vec<_>>(),
-                "victim {v}, through the read cache"
-            );
-            for (k, a) in &want {
-                assert!(
-                    a.iter().zip(&got[k]).all(|(x, y)| same(*x, *y)),
-                    "victim {v}, {k:?}: whole store {a:?}, through the read cache {:?}",
-                    got[k]
-                );
-            }
+            assert_same(&want, &got, &format!("victim {v}, through the read cache"));
         }
         let focused = engine
             .focused(std::slice::from_ref(v))
@@ -229,18 +237,7 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             };
             let want = culprits(&full, &opts);
             let got = culprits(&focused, &opts);
-            assert_eq!(
-                want.keys().collect::<Vec<_>>(),
-                got.keys().collect::<Vec<_>>(),
-                "victim {v}, {opts:?}"
-            );
-            for (k, a) in &want {
-                let b = &got[k];
-                assert!(
-                    a.iter().zip(b).all(|(x, y)| same(*x, *y)),
-                    "victim {v}, {opts:?}, {k:?}: whole store {a:?}, focused {b:?}"
-                );
-            }
+            assert_same(&want, &got, &format!("victim {v}, {opts:?}, focused"));
             let s = culprits(&streamed, &opts);
             assert_eq!(s.len(), want.len());
             compared += want.len();

@@ -226,6 +226,17 @@ impl TableProvider for ComputedTable {
             schema: self.schema.clone(),
             batches: Mutex::new(Some(rows.batches)),
         });
+        self.stream(partition, projection)
+    }
+}
+
+impl ComputedTable {
+    /// The plan that streams the result `partition` sends.
+    fn stream(
+        &self,
+        partition: Arc<dyn PartitionStream>,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(StreamingTableExec::try_new(
             self.schema.clone(),
             vec![partition],
@@ -235,9 +246,7 @@ impl TableProvider for ComputedTable {
             None,
         )?))
     }
-}
 
-impl ComputedTable {
     /// The plan of a call over every victim of a large store: one heavy
     /// admission for the whole call, with the working memory of its
     /// largest group; then, as the result is read, each group's dataset is
@@ -269,14 +278,7 @@ impl ComputedTable {
             compute: by_groups.compute.clone(),
             admission: Mutex::new(Some(admission)),
         });
-        Ok(Arc::new(StreamingTableExec::try_new(
-            self.schema.clone(),
-            vec![partition],
-            projection,
-            [],
-            false,
-            None,
-        )?))
+        self.stream(partition, projection)
     }
 }
 
