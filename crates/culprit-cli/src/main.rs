@@ -295,8 +295,9 @@ enum Command {
         #[arg(long, default_value_t = (culprit_ingest::DEFAULT_MAX_DECODED_BYTES >> 20) as usize,
               value_parser = limits::max_decoded_mb)]
         max_decoded_mb: usize,
-        /// The most tasks whose runs are held in memory; past it the ingest spills them to
-        /// a sorted temporary file. Hidden: for tests of the spilled index.
+        /// The first tasks read that stay in memory; past them the ingest spills tasks to
+        /// sorted temporary files, a quarter as many at a time. Hidden: for tests of the
+        /// spilled index.
         #[arg(long, hide = true, default_value_t = culprit_ingest::DEFAULT_MEMORY_TASKS)]
         memory_tasks: usize,
         #[command(flatten)]

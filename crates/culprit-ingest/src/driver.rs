@@ -46,8 +46,9 @@ pub struct IngestOptions {
     /// How host metrics (Prometheus answers, `sadf -j` files) become
     /// `host_windows` rows.
     pub host_metrics: HostMetricsOptions,
-    /// The most tasks whose runs are held in memory; past it they are
-    /// spilled to a sorted temporary file ([`crate::DEFAULT_MEMORY_TASKS`];
+    /// The first tasks read that are held in memory for the whole ingest;
+    /// the tasks after them are held a quarter as many at a time, then
+    /// spilled to sorted temporary files ([`crate::DEFAULT_MEMORY_TASKS`];
     /// lower only to test the spilled index).
     pub memory_tasks: usize,
 }
@@ -114,7 +115,7 @@ pub struct IngestReport {
     /// skipped, a cut last line of a log in progress.
     pub notes: Vec<String>,
     pub seconds: f64,
-    /// Times the task index was spilled to its temporary file (more tasks
+    /// Times the task index spilled tasks to a temporary file (more tasks
     /// than `IngestOptions::memory_tasks`).
     pub index_spills: usize,
     /// The manifest version committed, if anything was.
