@@ -161,11 +161,30 @@ const PLAIN: &[&str] = &[
      GROUP BY query_id, stage_id ORDER BY query_id, stage_id",
     "SELECT resource, count(*), sum(acquired), sum(blocked) FROM task_windows \
      GROUP BY resource ORDER BY resource",
+    // culprit's own scalar function, evaluated on the workers.
+    "SELECT resource, count(ratp(blocked, 0, acquired)), sum(ratp(blocked, 0, acquired)) \
+     FROM task_windows GROUP BY resource ORDER BY resource",
     "SELECT t.task_id, t.host, s.stage_id FROM tasks t JOIN stages s \
      ON t.query_id = s.query_id AND t.stage_id = s.stage_id ORDER BY t.task_id LIMIT 200",
     "SELECT p.team, count(*) AS tasks, sum(t.cpu_seconds) AS cpu FROM tasks t \
      JOIN queries q ON q.query_id = t.query_id JOIN teams p ON p.pool = q.pool \
      GROUP BY p.team ORDER BY p.team",
+];
+
+/// culprit's analyses, alone and joined with tables (computed on the
+/// coordinator, from the same store): rows compared after sorting.
+const ANALYSES: &[&str] = &[
+    "SELECT * FROM blame(NULL)",
+    "SELECT * FROM culprits(NULL)",
+    "SELECT * FROM victims()",
+    "SELECT * FROM aggressive_queries()",
+    "SELECT * FROM hot_resources()",
+    "SELECT * FROM slow_nodes()",
+    "SELECT c.victim_query, c.culprit_kind, c.culprit_query, c.blame_seconds, q.pool, p.team \
+     FROM culprits(NULL) c LEFT JOIN queries q ON q.query_id = c.culprit_query \
+     LEFT JOIN teams p ON p.pool = q.pool",
+    "SELECT b.*, t.host FROM blame(NULL) b JOIN tasks t ON t.query_id = b.victim_query \
+     AND t.stage_id = b.victim_stage WHERE t.task_id LIKE '%0'",
 ];
 
 /// Tasks of the generated workload: more than a batch (8,192 rows), so that
@@ -302,6 +321,21 @@ async fn plain_sql_on_two_workers_is_the_single_process_answer() {
         });
         assert_same(sql, &expected, &got);
     }
+    for sql in ANALYSES {
+        let mut expected = rows(&a, sql).await.expect(sql);
+        // (aggressive_queries() may be empty: the generated queries need
+        // not slow each other.)
+        assert!(
+            !expected.is_empty() || sql.contains("aggressive"),
+            "{sql}: no rows"
+        );
+        let mut got = rows(&b, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
+        expected.sort();
+        got.sort();
+        assert_same(sql, &expected, &got);
+    }
     drop((w1, w2));
 }
 
@@ -362,5 +396,59 @@ async fn a_dead_worker_fails_the_query_naming_it_and_one_back_is_used_again() {
         }
     };
     assert_same(sql, &expected, &back);
+    drop(w1);
+}
+
+/// A join of every window row with every task of its stage (480 million
+/// rows at `TASKS`): some seconds on the workers. Exact in any order
+/// (no float sum over so many rows).
+const HEAVY: &str = "SELECT count(*), max(a.acquired * u.cpu_seconds), \
+     min(a.acquired + u.cpu_seconds) FROM task_windows a \
+     JOIN tasks t ON a.task_id = t.task_id \
+     JOIN tasks u ON t.query_id = u.query_id AND t.stage_id = u.stage_id";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_query_fails_it_naming_the_worker() {
+    let (s3, _tmp, store) = cluster_store(TASKS);
+    let w1 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let mut w2 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let one = single(s3.port, &store);
+    let coord = coordinator(s3.port, &store, &[&w1, &w2]);
+    let (a, b) = (connect(one.addr).await, connect(coord.addr).await);
+    let expected = rows(&a, HEAVY).await.unwrap();
+    let started = Instant::now();
+    assert_same(HEAVY, &expected, &rows(&b, HEAVY).await.unwrap());
+    let took = started.elapsed();
+    assert!(
+        took > Duration::from_millis(1500),
+        "the query must run long enough to be cut: {took:?}"
+    );
+
+    // Worker 2 dies half a second into the query: the query fails naming
+    // it (whoever saw it fail: the coordinator, or worker 1 reading its
+    // shuffle), and returns no row.
+    let b = Arc::new(b);
+    let query = {
+        let b = b.clone();
+        tokio::spawn(async move { rows(&b, HEAVY).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let dead = w2.addr;
+    w2.kill();
+    let e = query
+        .await
+        .unwrap()
+        .expect_err("a query whose worker died must fail, not answer");
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
+    assert_eq!(db.code().code(), "58000", "{db:?}");
+    assert!(
+        db.message().contains(&format!("{dead}")),
+        "the error must name the worker {dead}: {}",
+        db.message()
+    );
+    // The coordinator serves on, on worker 1 alone, with the same answer.
+    assert_same(HEAVY, &expected, &rows(&b, HEAVY).await.unwrap());
     drop(w1);
 }

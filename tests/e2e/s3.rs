@@ -11,7 +11,12 @@ use crate::common::{culprit, generate};
 pub(crate) struct S3Server {
     child: Child,
     pub(crate) port: u16,
+    /// One moto server at a time: two tests starting theirs at once could
+    /// pick the same free port, and one would talk to the other's server.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Drop for S3Server {
     fn drop(&mut self) {
@@ -31,6 +36,7 @@ fn http(port: u16, request: &str) -> String {
 /// Starts moto's S3 server on a free loopback port; fails loudly when it is
 /// not installed.
 pub(crate) fn start() -> S3Server {
+    let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -42,7 +48,11 @@ pub(crate) fn start() -> S3Server {
         .stderr(Stdio::null())
         .spawn()
         .expect("moto_server must be installed (pip install 'moto[server]'); .ci/run installs it");
-    let server = S3Server { child, port };
+    let server = S3Server {
+        child,
+        port,
+        _serial: serial,
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "the S3 server did not start");

@@ -26,10 +26,17 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::source_as_provider;
+use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::{SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion_distributed::{
     grpc::DefaultChannelResolver, ChannelResolver, CoordinatorToWorkerMsg, DistributedExt,
     ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse, SessionStateBuilderExt,
@@ -110,12 +117,63 @@ impl Cluster {
         if let Some(config) = builder.config().as_mut() {
             config.options_mut().optimizer.repartition_file_min_size = self.bytes_per_task;
         }
-        builder
+        let mut builder = builder
             .with_distributed_worker_resolver(Resolver(self.workers.clone()))
             .with_distributed_channel_resolver(Channels(self.workers.clone()))
             .with_distributed_planner()
-            .with_distributed_file_scan_config_bytes_per_partition(self.bytes_per_task)
+            .with_distributed_file_scan_config_bytes_per_partition(self.bytes_per_task)?;
+        let distributed = builder.query_planner().take().ok_or_else(|| {
+            DataFusionError::Internal("the distributed planner is not set".into())
+        })?;
+        Ok(builder.with_query_planner(Arc::new(Planner { distributed })))
     }
+}
+
+/// The coordinator's planner: a statement that calls one of culprit's
+/// analyses (a table function: its rows are computed when it is planned,
+/// in this process, and streamed from a node the engine cannot ship) is
+/// planned and run here, as without workers; any other goes through the
+/// engine's distributed planner.
+#[derive(Debug)]
+struct Planner {
+    distributed: Arc<dyn QueryPlanner + Send + Sync>,
+}
+
+#[async_trait]
+impl QueryPlanner for Planner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if calls_analysis(logical_plan)? {
+            DefaultPhysicalPlanner::default()
+                .create_physical_plan(logical_plan, session)
+                .await
+        } else {
+            self.distributed
+                .create_physical_plan(logical_plan, session)
+                .await
+        }
+    }
+}
+
+/// Whether the plan (its subqueries included) scans a culprit table
+/// function's result.
+fn calls_analysis(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            if let Ok(provider) = source_as_provider(&scan.source) {
+                if provider.is::<crate::functions::ComputedTable>() {
+                    found = true;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
 }
 
 /// Parses worker addresses: `host:port` or `http://host:port`, separated by
@@ -369,11 +427,21 @@ pub fn worker(store: &Store) -> Result<Worker> {
         Worker::from_session_builder(move |ctx: WorkerQueryContext| {
             let workers = workers.clone();
             async move {
-                Ok(ctx
+                let mut builder = ctx
                     .builder
                     // Shuffles read other workers: their errors named too.
-                    .with_distributed_channel_resolver(Channels(workers))
-                    .build())
+                    .with_distributed_channel_resolver(Channels(workers));
+                // culprit's scalar and aggregate functions, which a shipped
+                // stage may call.
+                builder
+                    .scalar_functions()
+                    .get_or_insert_default()
+                    .extend(crate::functions::scalar_udfs().into_iter().map(Arc::new));
+                builder
+                    .aggregate_functions()
+                    .get_or_insert_default()
+                    .extend(crate::functions::aggregate_udfs().into_iter().map(Arc::new));
+                Ok(builder.build())
             }
         })
         .with_runtime_env(runtime),
