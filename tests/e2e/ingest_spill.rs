@@ -60,18 +60,24 @@ async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
         "{n_tasks} {n_windows}"
     );
 
-    // Rows whose check needs the index, about the first task of the input
-    // (long spilled to disk when they are read).
-    let t0 = tasks[0]
+    // Rows whose check needs the index, about a task in the middle of the
+    // input (the first 1,000 stay in memory, the rest is spilled to disk
+    // long before these rows are read).
+    let (mut batch, mut row) = (0, 10_000);
+    while row >= tasks[batch].num_rows() {
+        row -= tasks[batch].num_rows();
+        batch += 1;
+    }
+    let t0 = tasks[batch]
         .column_by_name("task_id")
         .unwrap()
         .as_string::<i32>();
-    let t0 = t0.value(0).to_string();
-    let finish = tasks[0]
+    let t0 = t0.value(row).to_string();
+    let finish = tasks[batch]
         .column_by_name("finish_time")
         .unwrap()
         .as_primitive::<TimestampMicrosecondType>()
-        .value(0)
+        .value(row)
         / 1000;
     let extra = tmp.path().join("extra");
     std::fs::create_dir_all(&extra).unwrap();
@@ -109,16 +115,17 @@ async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
             extra_s,
         ],
     );
-    // The index did go to disk: 20,000 tasks, 1,000 in memory.
+    // The index did go to disk: 20,000 tasks, the first 1,000 in memory,
+    // the other 19,000 spilled 250 at a time.
     assert!(
-        said.contains("task index spilled to disk 20 times"),
+        said.contains("task index spilled to disk 76 times"),
         "{said}"
     );
     let tasks_file = input.join("tasks.parquet").display().to_string();
     let csv = extra.join("tasks.csv").display().to_string();
     let jsonl = extra.join("task_windows.jsonl").display().to_string();
     for want in [
-        format!("{csv}: line 2: duplicate key '{t0}' (first at {tasks_file}:row 1)"),
+        format!("{csv}: line 2: duplicate key '{t0}' (first at {tasks_file}:row 10001)"),
         format!("{jsonl}: line 1: unknown task id 'nope'"),
         format!("{jsonl}: line 2: window outside its task '{t0}' [launch_time, finish_time]"),
     ] {

@@ -17,6 +17,7 @@ use crate::hostmetrics::{self, HostMetricsOptions};
 use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
+use crate::task_index::NO_BUCKET;
 use crate::trino;
 use crate::validate::{self, BatchDuplicates, Known, Place};
 
@@ -354,6 +355,17 @@ struct Buffer {
     bytes: usize,
 }
 
+/// The `task_windows` rows of a write that may be duplicates of rows
+/// written earlier in the ingest ([`Ctx::rows_to_look_up`]).
+struct LookUp {
+    /// Per batch, per row.
+    rows: Vec<Vec<bool>>,
+    /// Their host buckets.
+    buckets: HashSet<u32>,
+    /// Their earliest start and latest end; `None` when there is none.
+    span: Option<(i64, i64)>,
+}
+
 /// What became of a candidate event log.
 enum LogOutcome {
     Parsed,
@@ -548,6 +560,7 @@ impl Ctx<'_> {
             }
         }
         ours.sort_unstable();
+        let needs = self.rows_to_look_up(table, &batches, &buckets);
         // The same identity twice in these rows: the later ones are
         // duplicates of the first (reported in the order of the input).
         let mut dups: Vec<(u32, u32, u32, u32)> = Vec::new();
@@ -575,23 +588,52 @@ impl Ctx<'_> {
         let Some((first, last)) = span else {
             return Ok((batches, buckets));
         };
-        // Rows this batch wrote already (from earlier parts of the input).
-        let written: Vec<_> = self
-            .batch()
-            .await?
-            .written()
-            .iter()
-            .filter(|f| f.table == table.name() && f.may_overlap(first, last))
-            .cloned()
-            .collect();
-        let mut rows =
-            self.store
-                .scan_overlapping(written, Some(identity::columns(table)), first, last);
+        // Rows this batch wrote already (from earlier parts of the input):
+        // only rows that may be among them are looked up, in the files of
+        // their buckets and times.
+        let (cands, look) = match needs {
+            None => (None, Some((first, last, None))),
+            Some(needs) => {
+                let cands: Vec<_> = ours
+                    .iter()
+                    .filter(|(_, b, r)| needs.rows[*b as usize][*r as usize])
+                    .copied()
+                    .collect();
+                let look = needs.span.map(|(a, z)| (a, z, Some(needs.buckets)));
+                (Some(cands), look)
+            }
+        };
+        let cands = cands.as_deref().unwrap_or(&ours);
+        let (look_first, look_last) = look.as_ref().map_or((first, last), |l| (l.0, l.1));
+        let written: Vec<_> = match look {
+            None => Vec::new(),
+            Some((first, last, buckets)) => self
+                .batch()
+                .await?
+                .written()
+                .iter()
+                .filter(|f| {
+                    f.table == table.name()
+                        && f.may_overlap(first, last)
+                        && match (&buckets, f.bucket) {
+                            (Some(set), Some(b)) => set.contains(&b),
+                            _ => true,
+                        }
+                })
+                .cloned()
+                .collect(),
+        };
+        let mut rows = self.store.scan_overlapping(
+            written,
+            Some(identity::columns(table)),
+            look_first,
+            look_last,
+        );
         let mut left = ours.len();
         while let Some(found) = rows.try_next().await? {
             let ids = identity::Identities::of_batch(table, &found);
             for i in 0..found.num_rows() {
-                if let Some((b, r)) = find(&ours, ids.digest(i)) {
+                if let Some((b, r)) = find(cands, ids.digest(i)) {
                     if keep[b][r] {
                         keep[b][r] = false;
                         left -= 1;
@@ -659,6 +701,74 @@ impl Ctx<'_> {
             kept_buckets.push(bucket);
         }
         Ok((kept, kept_buckets))
+    }
+
+    /// Of `task_windows` rows about to be written, those that may be
+    /// duplicates of rows written earlier in this ingest: the rows of a
+    /// task that an earlier write held windows of too (the task index
+    /// keeps that per task). With the rows of a task together in the
+    /// input, that is a task cut by a write's boundary, not every row:
+    /// the files written are then read for a few rows, not for all.
+    /// `None` for other tables (every row is looked up).
+    fn rows_to_look_up(
+        &mut self,
+        table: Table,
+        batches: &[RecordBatch],
+        buckets: &[Vec<u32>],
+    ) -> Option<LookUp> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::TimestampMicrosecondType;
+        if table != Table::TaskWindows {
+            return None;
+        }
+        let tasks = &mut self.known.tasks;
+        tasks.next_write();
+        let mut look = LookUp {
+            rows: Vec::with_capacity(batches.len()),
+            buckets: HashSet::new(),
+            span: None,
+        };
+        for (batch, buckets) in batches.iter().zip(buckets) {
+            let (Some(ids), Some(starts), Some(ends)) = (
+                batch
+                    .column_by_name("task_id")
+                    .and_then(|c| c.as_string_opt::<i32>()),
+                batch
+                    .column_by_name("window_start")
+                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+                batch
+                    .column_by_name("window_end")
+                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+            ) else {
+                // Not the checked schema: every row is looked up.
+                return None;
+            };
+            let mut rows = vec![false; batch.num_rows()];
+            let mut last: Option<(&str, bool)> = None;
+            for (i, row) in rows.iter_mut().enumerate() {
+                if ids.is_null(i) {
+                    *row = true;
+                } else {
+                    let id = ids.value(i);
+                    *row = match last {
+                        Some((l, earlier)) if l == id => earlier,
+                        _ => {
+                            let earlier = tasks.note_windows(&identity::key_digest(&[id]));
+                            last = Some((id, earlier));
+                            earlier
+                        }
+                    };
+                }
+                if *row {
+                    look.buckets
+                        .insert(buckets.get(i).copied().unwrap_or(NO_BUCKET));
+                    let (a, z) = (starts.value(i), ends.value(i));
+                    look.span = Some(look.span.map_or((a, z), |(f, l)| (f.min(a), l.max(z))));
+                }
+            }
+            look.rows.push(rows);
+        }
+        Some(look)
     }
 
     /// A window row whose identity an earlier row of this ingest has: a

@@ -9,12 +9,10 @@
 //! it: a row whose identity is already stored is skipped like a keyed row
 //! whose key is stored (the stored row stands).
 //!
-//! Identities are compared by a 128-bit digest (two SipHash-1-3 of the
-//! values, length-prefixed so that no two different identities give the
-//! same bytes). Digests are never stored: they are computed again from the
+//! Identities are compared by a 128-bit digest (two aHash of the values
+//! with fixed seeds, length-prefixed so that no two different identities give the same
+//! bytes). Digests are never stored: they are computed again from the
 //! columns of each file read.
-
-use std::hash::{DefaultHasher, Hasher};
 
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
 use arrow::datatypes::TimestampMicrosecondType;
@@ -37,20 +35,77 @@ pub fn columns(table: Table) -> &'static [&'static str] {
 }
 
 /// The digest of a key (the values of a table's key columns, or a task
-/// id): two SipHash-1-3 of the values, length-prefixed, as for identities.
+/// id): two aHash of the values, length-prefixed, as for identities.
 /// In-memory only.
 pub fn key_digest(values: &[&str]) -> (u64, u64) {
-    let (mut a, mut b) = (DefaultHasher::new(), DefaultHasher::new());
-    a.write_u8(0x3c);
-    b.write_u8(0xc3);
+    let mut d = Digester::new(0x3c);
     for v in values {
-        let len = (v.len() as u64).to_le_bytes();
-        a.write(&len);
-        b.write(&len);
-        a.write(v.as_bytes());
-        b.write(v.as_bytes());
+        d.put(&(v.len() as u64).to_le_bytes());
+        d.put(v.as_bytes());
     }
-    (a.finish(), b.finish())
+    let h = d.finish();
+    ((h >> 64) as u64, h as u64)
+}
+
+/// The bytes of a key or identity, hashed at once (one call per hasher,
+/// not one per value): on the stack up to 256 bytes, on the heap past
+/// that.
+struct Digester {
+    stack: [u8; 256],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Digester {
+    /// Starts with a tag byte (keys and identities hash apart).
+    fn new(tag: u8) -> Digester {
+        let mut stack = [0u8; 256];
+        stack[0] = tag;
+        Digester {
+            stack,
+            len: 1,
+            heap: Vec::new(),
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
+            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack[..self.len]);
+            }
+            self.heap.extend_from_slice(bytes);
+        }
+    }
+
+    fn finish(&self) -> u128 {
+        let bytes = if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap[..]
+        };
+        use std::hash::{BuildHasher, Hasher};
+        // Fixed seeds: digests are compared within one process only, but
+        // the same input must give the same digest on every run.
+        const A: ahash::RandomState = ahash::RandomState::with_seeds(
+            0x243f_6a88_85a3_08d3,
+            0x1319_8a2e_0370_7344,
+            0xa409_3822_299f_31d0,
+            0x082e_fa98_ec4e_6c89,
+        );
+        const B: ahash::RandomState = ahash::RandomState::with_seeds(
+            0x4528_21e6_38d0_1377,
+            0xbe54_66cf_34e9_0c6c,
+            0xc0ac_29b7_c97c_50dd,
+            0x3f84_d5b5_b547_0917,
+        );
+        let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
+        a.write(bytes);
+        b.write(bytes);
+        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    }
 }
 
 /// One identity column, as read.
@@ -90,29 +145,23 @@ impl<'a> Identities<'a> {
 
     /// The digest of row `i`'s identity.
     pub fn digest(&self, i: usize) -> u128 {
-        let (mut a, mut b) = (DefaultHasher::new(), DefaultHasher::new());
-        a.write_u8(0x5a);
-        b.write_u8(0xa5);
+        let mut d = Digester::new(0x5a);
         for part in &self.parts {
-            let mut put = |bytes: &[u8]| {
-                a.write(bytes);
-                b.write(bytes);
-            };
             match part {
                 Part::Text(Some(s)) if s.is_valid(i) => {
                     let v = s.value(i).as_bytes();
-                    put(&[1]);
-                    put(&(v.len() as u64).to_le_bytes());
-                    put(v);
+                    d.put(&[1]);
+                    d.put(&(v.len() as u64).to_le_bytes());
+                    d.put(v);
                 }
                 Part::Time(Some(t)) if t.is_valid(i) => {
-                    put(&[1]);
-                    put(&t.value(i).to_le_bytes());
+                    d.put(&[1]);
+                    d.put(&t.value(i).to_le_bytes());
                 }
-                _ => put(&[0]),
+                _ => d.put(&[0]),
             }
         }
-        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+        d.finish()
     }
 
     /// Row `i`'s identity as shown in a message: the values joined by `/`

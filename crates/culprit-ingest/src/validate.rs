@@ -1,6 +1,6 @@
 //! The rejection rules of the interchange format, row by row.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
@@ -12,7 +12,7 @@ use culprit_core::{ColumnKind, Resource, Table};
 use crate::convert::convert;
 use crate::formats::{Origin, RawRows};
 
-pub use crate::task_index::{Key, TaskIndex, TaskSpan, NO_BUCKET};
+pub use crate::task_index::{KeyMap, KeySet, TaskIndex, TaskSpan, NO_BUCKET};
 
 impl TaskSpan {
     pub fn ready(&self) -> Option<i64> {
@@ -70,9 +70,9 @@ pub struct Known {
     /// ([`crate::task_index`]).
     pub tasks: TaskIndex,
     /// Keys already stored, per table (but tasks).
-    pub stored_keys: HashMap<Table, HashSet<Key>>,
+    pub stored_keys: HashMap<Table, KeySet>,
     /// Keys accepted earlier in this batch (but tasks): where they came from.
-    pub batch_keys: HashMap<Table, HashMap<Key, Place>>,
+    pub batch_keys: HashMap<Table, KeyMap<Place>>,
     /// The files named by places.
     pub files: Vec<String>,
     file_index: HashMap<String, u32>,
@@ -527,7 +527,7 @@ pub fn index_tasks(batches: &[RecordBatch], known: &mut Known) {
         );
         for i in 0..b.num_rows() {
             let id = crate::identity::key_digest(&[ids.value(i)]);
-            known.tasks.insert_new(
+            known.tasks.insert_stored(
                 id,
                 TaskSpan::stored(
                     launch.value(i),

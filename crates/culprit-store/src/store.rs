@@ -708,7 +708,7 @@ type Rows = Vec<(usize, usize)>;
 
 /// `rows` sorted by their start (a time table; stable: rows of the same
 /// start keep their order). Other tables' rows are returned as they are.
-fn sort_by_start(table: Table, batches: &[RecordBatch], mut rows: Rows) -> Rows {
+fn sort_by_start(table: Table, batches: &[RecordBatch], rows: Rows) -> Rows {
     use arrow::array::Array;
     let Some((starts, _)) = crate::layout::time_columns(table.name()) else {
         return rows;
@@ -721,12 +721,22 @@ fn sort_by_start(table: Table, batches: &[RecordBatch], mut rows: Rows) -> Rows 
     };
     let keys: Vec<Option<&arrow::array::TimestampMicrosecondArray>> =
         batches.iter().map(|b| time_column(b, column)).collect();
-    // A missing value sorts first, as `sort_to_indices` puts NULLs.
-    rows.sort_by_key(|&(b, r)| match keys[b] {
-        Some(k) if k.is_valid(r) => k.value(r),
-        _ => i64::MIN,
-    });
-    rows
+    // A missing value sorts first, as `sort_to_indices` puts NULLs. The
+    // keys are taken out first and ties keep the rows' order (a stable
+    // sort by key, without looking a key up per comparison).
+    let mut keyed: Vec<(i64, usize)> = rows
+        .iter()
+        .enumerate()
+        .map(|(at, &(b, r))| {
+            let key = match keys[b] {
+                Some(k) if k.is_valid(r) => k.value(r),
+                _ => i64::MIN,
+            };
+            (key, at)
+        })
+        .collect();
+    keyed.sort_unstable();
+    keyed.iter().map(|&(_, at)| rows[at]).collect()
 }
 
 /// Gathers `rows` of `batches` into Parquet files of `table`, in that
