@@ -7,6 +7,7 @@ mod bi_tools;
 mod budget;
 mod cli_flags;
 mod clients;
+mod cluster;
 mod common;
 mod compact;
 mod every_victim;

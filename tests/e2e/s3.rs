@@ -8,10 +8,15 @@ use std::time::{Duration, Instant};
 
 use crate::common::{culprit, generate};
 
-struct S3Server {
+pub(crate) struct S3Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
+    /// One moto server at a time: two tests starting theirs at once could
+    /// pick the same free port, and one would talk to the other's server.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Drop for S3Server {
     fn drop(&mut self) {
@@ -30,7 +35,8 @@ fn http(port: u16, request: &str) -> String {
 
 /// Starts moto's S3 server on a free loopback port; fails loudly when it is
 /// not installed.
-fn start() -> S3Server {
+pub(crate) fn start() -> S3Server {
+    let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -42,7 +48,11 @@ fn start() -> S3Server {
         .stderr(Stdio::null())
         .spawn()
         .expect("moto_server must be installed (pip install 'moto[server]'); .ci/run installs it");
-    let server = S3Server { child, port };
+    let server = S3Server {
+        child,
+        port,
+        _serial: serial,
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "the S3 server did not start");
@@ -51,15 +61,34 @@ fn start() -> S3Server {
     server
 }
 
+/// The S3 server's credentials and endpoint, as `culprit` reads them.
+pub(crate) fn env(port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+    ]
+}
+
+/// Creates a bucket.
+pub(crate) fn create_bucket(port: u16, bucket: &str) {
+    let created = http(
+        port,
+        &format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+    );
+    assert!(
+        created.starts_with("HTTP/1.1 200"),
+        "create bucket: {created}"
+    );
+}
+
 /// Runs `culprit` with the S3 server's credentials and endpoint.
-fn culprit_s3(port: u16, args: &[&str]) -> std::process::Output {
+pub(crate) fn culprit_s3(port: u16, args: &[&str]) -> std::process::Output {
     culprit()
         .args(args)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
-        .env("AWS_ALLOW_HTTP", "true")
+        .envs(env(port))
         .env_remove("CULPRIT_STORE")
         .output()
         .expect("run culprit")

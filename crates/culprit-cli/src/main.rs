@@ -89,6 +89,50 @@ struct ServerArgs {
     read_cache_mb: Option<usize>,
     #[command(flatten)]
     compaction: CompactionArgs,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// The workers of `serve` (docs/operations.md, "Running a cluster").
+#[derive(clap::Args, Clone)]
+struct ClusterArgs {
+    /// Workers (`culprit worker`) to run queries on, as host:port or http://host:port,
+    /// comma-separated: the server becomes their coordinator. Without workers every
+    /// query runs in this process.
+    #[arg(long, env = "CULPRIT_WORKERS")]
+    workers: Option<String>,
+    /// A file listing the workers, one host:port (or URL) a line, `#` comments;
+    /// added to --workers.
+    #[arg(long, env = "CULPRIT_WORKERS_FILE")]
+    workers_file: Option<std::path::PathBuf>,
+    /// Bytes of Parquet a scan reads per worker task (more tasks for larger scans,
+    /// at most one per worker a stage).
+    #[arg(long, default_value_t = culprit_sql::cluster::DEFAULT_BYTES_PER_TASK as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    worker_task_bytes: u64,
+}
+
+impl ClusterArgs {
+    fn cluster(&self) -> Result<Option<culprit_sql::Cluster>, BoxError> {
+        let mut list = self.workers.clone().unwrap_or_default();
+        if let Some(path) = &self.workers_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--workers-file {}: {e}", path.display()))?;
+            list.push('\n');
+            list.push_str(&text);
+        }
+        let urls = culprit_sql::parse_workers(&list).map_err(|e| format!("--workers: {e}"))?;
+        if urls.is_empty() {
+            if self.workers.is_some() || self.workers_file.is_some() {
+                return Err("--workers / --workers-file name no worker".into());
+            }
+            return Ok(None);
+        }
+        Ok(Some(culprit_sql::Cluster::new(
+            urls,
+            usize::try_from(self.worker_task_bytes).unwrap_or(usize::MAX),
+        )?))
+    }
 }
 
 /// Background compaction of `serve` and `ingest --watch`.
@@ -159,6 +203,7 @@ impl ServerArgs {
                 read_cache: self.read_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             },
             auto_compact: self.compaction.options(),
+            cluster: self.cluster.cluster()?,
         })
     }
 }
@@ -330,6 +375,16 @@ enum Command {
         listen: String,
         #[command(flatten)]
         server: ServerArgs,
+    },
+    /// A worker of the distributed engine: runs the parts of queries a coordinator
+    /// (`culprit serve --workers`) sends it, reading the same store.
+    Worker {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Address of its gRPC service (port 0: any free port). It has no
+        /// authentication: listen on a private network only.
+        #[arg(long, env = "CULPRIT_WORKER_LISTEN", default_value = "127.0.0.1:5434")]
+        listen: String,
     },
     /// Manage the users file of `culprit serve --users`.
     User {
@@ -653,6 +708,11 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             serve(store, &listen, server.options()?, None).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Worker { store, listen } => {
+            let store = Store::open(&store.store)?;
+            worker(store, &listen).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Generate {
             out,
             seed,
@@ -881,6 +941,21 @@ async fn serve(
             eprintln!("shutting down");
         })
         .await?;
+    Ok(())
+}
+
+/// Runs a worker until Ctrl-C.
+async fn worker(store: Store, listen: &str) -> Result<(), BoxError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr()?;
+    eprintln!("culprit worker of {store} on http://{addr} (Ctrl-C to stop)");
+    culprit_sql::cluster::serve_worker(&store, listener, async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("shutting down");
+    })
+    .await?;
     Ok(())
 }
 

@@ -97,6 +97,10 @@ pub struct ServerOptions {
     pub budget: culprit_engine::BudgetOptions,
     /// Background compaction (`culprit_store::AutoCompact`); `None`: off.
     pub auto_compact: Option<culprit_store::AutoCompact>,
+    /// Workers of the distributed engine (`culprit worker`): the sessions
+    /// become their coordinator (`culprit_sql::cluster`). `None`: every
+    /// query runs in this process.
+    pub cluster: Option<culprit_sql::Cluster>,
 }
 
 impl Default for ServerOptions {
@@ -114,6 +118,7 @@ impl Default for ServerOptions {
                 ..Default::default()
             },
             auto_compact: None,
+            cluster: None,
         }
     }
 }
@@ -156,6 +161,7 @@ pub struct Server {
     query_memory: Option<usize>,
     reports: reports::ReportOptions,
     auto_compact: Option<culprit_store::AutoCompact>,
+    cluster: Option<culprit_sql::Cluster>,
 }
 
 impl Server {
@@ -209,10 +215,15 @@ impl Server {
             store.clone(),
             engine.clone(),
             opts.query_memory,
+            opts.cluster.as_ref(),
             &sessions,
             users.as_deref(),
         )
         .await?;
+        if let Some(cluster) = &opts.cluster {
+            let urls: Vec<String> = cluster.urls().iter().map(|u| u.to_string()).collect();
+            log::info!("coordinator of {} workers: {}", urls.len(), urls.join(", "));
+        }
         Ok(Server {
             listener,
             store,
@@ -235,6 +246,7 @@ impl Server {
                 ..opts.reports
             },
             auto_compact: opts.auto_compact,
+            cluster: opts.cluster,
         })
     }
 
@@ -285,11 +297,12 @@ impl Server {
                         let shared = self.shared.clone();
                         let (store, engine, memory) =
                             (self.store.clone(), self.engine.clone(), self.query_memory);
+                        let cluster = self.cluster.clone();
                         let tls = self.tls.clone();
                         connections.spawn(async move {
                             let store_for_session = store.clone();
                             let users = shared.users.as_deref();
-                            let ctx = match session(store, engine, memory, &shared.sessions, users).await {
+                            let ctx = match session(store, engine, memory, cluster.as_ref(), &shared.sessions, users).await {
                                 Ok(ctx) => ctx,
                                 Err(e) => {
                                     log::warn!("connection from {peer}: {e}");
@@ -317,10 +330,15 @@ async fn session(
     store: Store,
     engine: Arc<culprit_sql::Engine>,
     memory: Option<usize>,
+    cluster: Option<&culprit_sql::Cluster>,
     sessions: &sessions::Sessions,
     users: Option<&Users>,
 ) -> std::io::Result<SessionContext> {
-    let ctx = culprit_sql::session_with(store, engine, culprit_sql::default_config(), memory)
+    let mut config = culprit_sql::default_config();
+    if let Some(cluster) = cluster {
+        config = config.with_extension(Arc::new(cluster.clone()));
+    }
+    let ctx = culprit_sql::session_with(store, engine, config, memory)
         .await
         .map_err(|e| io_err(format!("cannot open the SQL session: {e}")))?;
     prepare_session(&ctx, sessions, users)?;

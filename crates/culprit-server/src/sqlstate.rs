@@ -31,6 +31,10 @@ pub const UNDEFINED_PARAMETER: &str = "42P02";
 pub const OUT_OF_MEMORY: &str = "53200";
 pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
 pub const IO_ERROR: &str = "58030";
+/// A worker of the cluster failed or cannot be reached
+/// (`culprit_sql::cluster::WorkerUnavailable`): an error outside this
+/// process, not of the store.
+pub const SYSTEM_ERROR: &str = "58000";
 pub const DATA_CORRUPTED: &str = "XX001";
 pub const INTERNAL_ERROR: &str = "XX000";
 /// Transaction blocks (`hooks/transactions.rs`).
@@ -53,6 +57,9 @@ pub const INVALID_SCHEMA_NAME: &str = "3F000";
 
 /// The SQLSTATE and message for a DataFusion error.
 pub fn classify(e: &DataFusionError) -> (&'static str, String) {
+    if let Some(w) = worker_failure(e) {
+        return (SYSTEM_ERROR, w.to_string());
+    }
     let root = e.find_root();
     let msg = root.message().to_string();
     let code = match root {
@@ -98,6 +105,24 @@ pub fn classify(e: &DataFusionError) -> (&'static str, String) {
         log::error!("internal error (a bug): {e}");
     }
     (code, msg)
+}
+
+/// A worker's failure anywhere in the error's chain (the distributed
+/// engine wraps errors of its streams in its own).
+fn worker_failure(e: &DataFusionError) -> Option<&culprit_sql::cluster::WorkerUnavailable> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(w) = err.downcast_ref::<culprit_sql::cluster::WorkerUnavailable>() {
+            return Some(w);
+        }
+        if let Some(DataFusionError::External(inner)) = err.downcast_ref::<DataFusionError>() {
+            if let Some(w) = inner.downcast_ref::<culprit_sql::cluster::WorkerUnavailable>() {
+                return Some(w);
+            }
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// An error of the server's own functions (`sessions.rs`), raised inside
@@ -247,5 +272,16 @@ mod tests {
             problem: "is missing".into(),
         }));
         assert_eq!(classify(&e).0, DATA_CORRUPTED);
+        // A worker that failed, however deep in DataFusion's wrapping, and
+        // its address in the message.
+        let e = DataFusionError::Shared(std::sync::Arc::new(DataFusionError::External(Box::new(
+            culprit_sql::cluster::WorkerUnavailable {
+                url: "http://10.0.0.7:5434/".into(),
+                detail: "tcp connect error".into(),
+            },
+        ))));
+        let (code, msg) = classify(&e);
+        assert_eq!(code, SYSTEM_ERROR);
+        assert!(msg.contains("http://10.0.0.7:5434/"), "{msg}");
     }
 }

@@ -69,7 +69,17 @@ pub async fn session_with(
             DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
         );
     }
-    let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
+    // With workers (`cluster.rs`), the session is their coordinator.
+    let ctx = match config.get_extension::<crate::cluster::Cluster>() {
+        Some(cluster) => {
+            let builder = datafusion::execution::SessionStateBuilder::new()
+                .with_config(config)
+                .with_runtime_env(runtime.build_arc()?)
+                .with_default_features();
+            SessionContext::new_with_state(cluster.coordinate(builder)?.build())
+        }
+        None => SessionContext::new_with_config_rt(config, runtime.build_arc()?),
+    };
     // No `CREATE EXTERNAL TABLE`: without factories DataFusion knows no
     // file format to create one with.
     ctx.state_ref().write().table_factories_mut().clear();

@@ -6,6 +6,7 @@
 //! data committed while it is open (no restart needed).
 
 mod budget_pool;
+pub mod cluster;
 mod context;
 pub mod error;
 pub mod functions;
@@ -14,6 +15,7 @@ mod table;
 pub mod user_tables;
 
 pub use budget_pool::BudgetPool;
+pub use cluster::{parse_workers, Cluster};
 pub use context::{default_config, session, session_with, session_with_config, VIEWS};
 pub use culprit_engine::Engine;
 pub use error::Error;

@@ -42,21 +42,17 @@ use std::sync::Arc;
 use culprit_engine::Engine;
 use datafusion::prelude::SessionContext;
 
-pub use table_function::{Registered, TableFunction};
+pub use table_function::{ComputedTable, Registered, TableFunction};
 
 /// Registers every culprit function in the session.
 pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
     // Scalars and the aggregate (method.md sections 3, 4 and 11).
-    for udf in [
-        ratp::udf(),
-        ratp_blocked::udf(),
-        ratp_max::udf(),
-        slowdown::udf(),
-        boe_task_seconds::udf(),
-    ] {
+    for udf in scalar_udfs() {
         ctx.register_udf(udf);
     }
-    ctx.register_udaf(blame_beta::udaf());
+    for udaf in aggregate_udfs() {
+        ctx.register_udaf(udaf);
+    }
     // Table functions over the engine.
     let e = &engine;
     register::<blame::Blame>(ctx, e);
@@ -78,6 +74,22 @@ pub fn register_all(ctx: &SessionContext, engine: Arc<Engine>) {
     register::<estimate::Estimate>(ctx, e);
     register::<skewed_tasks::SkewedTasks>(ctx, e);
     register::<expensive_inputs::ExpensiveInputs>(ctx, e);
+}
+
+/// The scalar functions of the method (also a worker's: `cluster.rs`).
+pub(crate) fn scalar_udfs() -> Vec<datafusion::logical_expr::ScalarUDF> {
+    vec![
+        ratp::udf(),
+        ratp_blocked::udf(),
+        ratp_max::udf(),
+        slowdown::udf(),
+        boe_task_seconds::udf(),
+    ]
+}
+
+/// The aggregate functions of the method (also a worker's).
+pub(crate) fn aggregate_udfs() -> Vec<datafusion::logical_expr::AggregateUDF> {
+    vec![blame_beta::udaf()]
 }
 
 fn register<F: TableFunction>(ctx: &SessionContext, engine: &Arc<Engine>) {

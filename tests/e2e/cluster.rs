@@ -1,0 +1,454 @@
+//! The same SQL on a cluster (issue #19): a `culprit serve --workers`
+//! coordinator and `culprit worker` processes on loopback, over a store on
+//! the real S3-compatible server (moto), against a single `culprit serve`
+//! over the same store. Every answer must be the single process's (floats
+//! within 1e-9 relative), the plans must really have gone to the workers,
+//! and a worker that dies must fail the query naming it, never shorten it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{culprit, serve_process_with, ServeProcess};
+use crate::s3;
+
+/// A `culprit worker` process; killed when dropped.
+struct WorkerProcess {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl WorkerProcess {
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `culprit worker --store STORE --listen LISTEN` with the S3
+/// server's credentials and waits until it listens.
+fn start_worker(port: u16, store: &str, listen: &str) -> WorkerProcess {
+    let mut child = culprit()
+        .args(["worker", "--store", store, "--listen", listen])
+        .envs(s3::env(port))
+        .env_remove("CULPRIT_STORE")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("culprit worker starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let addr = loop {
+        let line = match lines.next() {
+            Some(Ok(l)) => l,
+            _ => panic!("culprit worker ended before listening:\n{seen}"),
+        };
+        if let Some(rest) = line.split(" on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    };
+    let stderr = Arc::new(Mutex::new(seen));
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    WorkerProcess {
+        child,
+        addr,
+        stderr,
+    }
+}
+
+async fn connect(addr: SocketAddr) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(
+        &format!(
+            "host={} port={} user=culprit dbname=culprit",
+            addr.ip(),
+            addr.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A statement's rows as text (simple protocol).
+async fn rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    let messages = client.simple_query(sql).await?;
+    Ok(messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// Two cells are the same answer: equal text, or both numbers within 1e-9
+/// relative (a sum over other partitions adds in another order).
+fn same(a: &Option<String>, b: &Option<String>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) if a == b => true,
+        (Some(a), Some(b)) => match (a.parse::<f64>(), b.parse::<f64>()) {
+            (Ok(x), Ok(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()),
+            _ => false,
+        },
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn assert_same(what: &str, single: &[Vec<Option<String>>], cluster: &[Vec<Option<String>>]) {
+    assert_eq!(
+        single.len(),
+        cluster.len(),
+        "{what}: {} rows in one process, {} on the cluster",
+        single.len(),
+        cluster.len()
+    );
+    for (i, (a, b)) in single.iter().zip(cluster).enumerate() {
+        assert!(
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same(x, y)),
+            "{what}: row {i} differs:\n  one process: {a:?}\n  cluster:     {b:?}"
+        );
+    }
+}
+
+/// The plan of `sql` run with its metrics (`EXPLAIN ANALYZE`: DataFusion's
+/// plain `EXPLAIN` shows the plan before the distributed planner).
+async fn plan(client: &tokio_postgres::Client, sql: &str) -> String {
+    rows(client, &format!("EXPLAIN ANALYZE {sql}"))
+        .await
+        .expect("explain")
+        .into_iter()
+        .flat_map(|r| r.into_iter().flatten())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Plain SQL over the telemetry tables (scans, aggregates, joins, a join
+/// with a user table), each with a total order so rows compare one to one.
+const PLAIN: &[&str] = &[
+    "SELECT count(*), sum(cpu_seconds), min(launch_time), max(finish_time) FROM tasks",
+    "SELECT host, count(*) AS n, sum(cpu_seconds) AS cpu FROM tasks GROUP BY host ORDER BY host",
+    "SELECT query_id, stage_id, count(*) AS n, avg(run_seconds) AS r FROM task_runs \
+     GROUP BY query_id, stage_id ORDER BY query_id, stage_id",
+    "SELECT resource, count(*), sum(acquired), sum(blocked) FROM task_windows \
+     GROUP BY resource ORDER BY resource",
+    // culprit's own scalar function, evaluated on the workers.
+    "SELECT resource, count(ratp(blocked, 0, acquired)), sum(ratp(blocked, 0, acquired)) \
+     FROM task_windows GROUP BY resource ORDER BY resource",
+    "SELECT t.task_id, t.host, s.stage_id FROM tasks t JOIN stages s \
+     ON t.query_id = s.query_id AND t.stage_id = s.stage_id ORDER BY t.task_id LIMIT 200",
+    "SELECT p.team, count(*) AS tasks, sum(t.cpu_seconds) AS cpu FROM tasks t \
+     JOIN queries q ON q.query_id = t.query_id JOIN teams p ON p.pool = q.pool \
+     GROUP BY p.team ORDER BY p.team",
+];
+
+/// culprit's analyses, alone and joined with tables (computed on the
+/// coordinator, from the same store): rows compared after sorting.
+const ANALYSES: &[&str] = &[
+    "SELECT * FROM blame(NULL)",
+    "SELECT * FROM culprits(NULL)",
+    "SELECT * FROM victims()",
+    "SELECT * FROM aggressive_queries()",
+    "SELECT * FROM hot_resources()",
+    "SELECT * FROM slow_nodes()",
+    "SELECT c.victim_query, c.culprit_kind, c.culprit_query, c.blame_seconds, q.pool, p.team \
+     FROM culprits(NULL) c LEFT JOIN queries q ON q.query_id = c.culprit_query \
+     LEFT JOIN teams p ON p.pool = q.pool",
+    "SELECT b.*, t.host FROM blame(NULL) b JOIN tasks t ON t.query_id = b.victim_query \
+     AND t.stage_id = b.victim_stage WHERE t.task_id LIKE '%0'",
+];
+
+/// Tasks of the generated workload: more than a batch (8,192 rows), so that
+/// DataFusion splits the scans into partitions and the planner has stages
+/// to send.
+const TASKS: usize = 40_000;
+
+/// The store on moto with the generated workload and a user table `teams`
+/// (pool -> team); returns the S3 server, the temporary folder and the
+/// store's URL.
+fn cluster_store(tasks: usize) -> (s3::S3Server, tempfile::TempDir, String) {
+    let s3 = s3::start();
+    s3::create_bucket(s3.port, "culprit");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("in");
+    let data_s = data.to_str().unwrap().to_string();
+    let tasks = tasks.to_string();
+    let generate = [
+        "generate", "--out", &data_s, "--format", "parquet", "--tasks", &tasks, "--hosts", "16",
+    ];
+    let out = s3::culprit_s3(s3.port, &generate);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = "s3://culprit/cluster".to_string();
+    let out = s3::culprit_s3(s3.port, &["ingest", "--store", &store, &data_s]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = s3::culprit_s3(
+        s3.port,
+        &[
+            "sql",
+            "--store",
+            &store,
+            "--format",
+            "csv",
+            "SELECT DISTINCT pool FROM queries ORDER BY pool",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pools: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    assert!(!pools.is_empty(), "no pools in the simulated workload");
+    let teams = tmp.path().join("teams.csv");
+    let mut csv = "pool,team\n".to_string();
+    for (i, p) in pools.iter().enumerate() {
+        csv.push_str(&format!("{p},team-{}\n", i % 2));
+    }
+    std::fs::write(&teams, csv).unwrap();
+    let out = s3::culprit_s3(
+        s3.port,
+        &[
+            "ingest",
+            "--store",
+            &store,
+            "--table",
+            "teams",
+            teams.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (s3, tmp, store)
+}
+
+fn coordinator(port: u16, store: &str, workers: &[&WorkerProcess]) -> ServeProcess {
+    let list = workers
+        .iter()
+        .map(|w| w.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let env = s3::env(port);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // One task per byte read: every scan is split over every worker.
+    serve_process_with(
+        store,
+        &["--workers", &list, "--worker-task-bytes", "1"],
+        &env,
+    )
+}
+
+fn single(port: u16, store: &str) -> ServeProcess {
+    let env = s3::env(port);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    serve_process_with(store, &[], &env)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_sql_on_two_workers_is_the_single_process_answer() {
+    let (s3, _tmp, store) = cluster_store(TASKS);
+    let w1 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let w2 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let one = single(s3.port, &store);
+    let coord = coordinator(s3.port, &store, &[&w1, &w2]);
+    let (a, b) = (connect(one.addr).await, connect(coord.addr).await);
+    for sql in PLAIN {
+        // The coordinator's plan sends stages to the workers; the single
+        // process's has no network boundary.
+        let distributed = plan(&b, sql).await;
+        assert!(
+            distributed.contains("DistributedExec")
+                && distributed.contains("Network")
+                && distributed.contains("remote_coordinator_channels=")
+                && !distributed.contains("remote_coordinator_channels=0"),
+            "{sql}: not run on the workers:\n{distributed}"
+        );
+        let local = plan(&a, sql).await;
+        assert!(!local.contains("DistributedExec"), "{sql}:\n{local}");
+        let expected = rows(&a, sql).await.expect(sql);
+        assert!(!expected.is_empty(), "{sql}: no rows");
+        let got = rows(&b, sql).await.unwrap_or_else(|e| {
+            panic!(
+                "{sql}: {e:?}\ncoordinator:\n{}\nworker 1:\n{}\nworker 2:\n{}",
+                coord.stderr.lock().unwrap(),
+                w1.stderr.lock().unwrap(),
+                w2.stderr.lock().unwrap()
+            )
+        });
+        assert_same(sql, &expected, &got);
+    }
+    for sql in ANALYSES {
+        let mut expected = rows(&a, sql).await.expect(sql);
+        // (aggressive_queries() may be empty: the generated queries need
+        // not slow each other.)
+        assert!(
+            !expected.is_empty() || sql.contains("aggressive"),
+            "{sql}: no rows"
+        );
+        let mut got = rows(&b, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
+        expected.sort();
+        got.sort();
+        assert_same(sql, &expected, &got);
+    }
+    drop((w1, w2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_worker_fails_the_query_naming_it_and_one_back_is_used_again() {
+    let (s3, _tmp, store) = cluster_store(TASKS);
+    let mut w1 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let w2 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let one = single(s3.port, &store);
+    let coord = coordinator(s3.port, &store, &[&w1, &w2]);
+    let (a, b) = (connect(one.addr).await, connect(coord.addr).await);
+    let sql = PLAIN[1];
+    let expected = rows(&a, sql).await.unwrap();
+    assert_same(sql, &expected, &rows(&b, sql).await.unwrap());
+
+    // Worker 1 dies: the next distributed query fails, naming it, with
+    // SQLSTATE 58000; it returns no rows.
+    let dead = w1.addr;
+    w1.kill();
+    let e = rows(&b, sql)
+        .await
+        .expect_err("a query over a dead worker must fail");
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
+    assert_eq!(db.code().code(), "58000", "{db:?}");
+    assert!(
+        db.message().contains(&format!("{dead}")),
+        "the error must name the worker {dead}: {}",
+        db.message()
+    );
+    // The coordinator serves on: this connection, and a new one.
+    assert_eq!(rows(&b, "SELECT 1").await.unwrap().len(), 1);
+    let c = connect(coord.addr).await;
+    assert_eq!(rows(&c, "SELECT 1").await.unwrap().len(), 1);
+    // The failed worker is left out of new plans meanwhile: the query
+    // runs on worker 2 alone, with the same answer.
+    assert_same(sql, &expected, &rows(&c, sql).await.unwrap());
+
+    // Worker 1 comes back on its address; worker 2 goes away. Once the
+    // coordinator tries worker 1 again (5 s), queries run there.
+    let w1 = start_worker(s3.port, &store, &dead.to_string());
+    drop(w2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let back = loop {
+        match rows(&c, sql).await {
+            Ok(r) => break r,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "worker {dead} came back but is not used: {e:?}\n{}",
+                    coord.stderr.lock().unwrap()
+                );
+                let db = e.as_db_error().expect("a server error");
+                assert_eq!(db.code().code(), "58000", "{db:?}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    assert_same(sql, &expected, &back);
+    drop(w1);
+}
+
+/// A join of every window row with every task of its stage (480 million
+/// rows at `TASKS`): some seconds on the workers. Exact in any order
+/// (no float sum over so many rows).
+const HEAVY: &str = "SELECT count(*), max(a.acquired * u.cpu_seconds), \
+     min(a.acquired + u.cpu_seconds) FROM task_windows a \
+     JOIN tasks t ON a.task_id = t.task_id \
+     JOIN tasks u ON t.query_id = u.query_id AND t.stage_id = u.stage_id";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_query_fails_it_naming_the_worker() {
+    let (s3, _tmp, store) = cluster_store(TASKS);
+    let w1 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let mut w2 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let one = single(s3.port, &store);
+    let coord = coordinator(s3.port, &store, &[&w1, &w2]);
+    let (a, b) = (connect(one.addr).await, connect(coord.addr).await);
+    let expected = rows(&a, HEAVY).await.unwrap();
+    let started = Instant::now();
+    assert_same(HEAVY, &expected, &rows(&b, HEAVY).await.unwrap());
+    let took = started.elapsed();
+    assert!(
+        took > Duration::from_millis(1500),
+        "the query must run long enough to be cut: {took:?}"
+    );
+
+    // Worker 2 dies half a second into the query: the query fails naming
+    // it (whoever saw it fail: the coordinator, or worker 1 reading its
+    // shuffle), and returns no row.
+    let b = Arc::new(b);
+    let query = {
+        let b = b.clone();
+        tokio::spawn(async move { rows(&b, HEAVY).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let dead = w2.addr;
+    w2.kill();
+    let e = query
+        .await
+        .unwrap()
+        .expect_err("a query whose worker died must fail, not answer");
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
+    assert_eq!(db.code().code(), "58000", "{db:?}");
+    assert!(
+        db.message().contains(&format!("{dead}")),
+        "the error must name the worker {dead}: {}",
+        db.message()
+    );
+    // The coordinator serves on, on worker 1 alone, with the same answer.
+    assert_same(HEAVY, &expected, &rows(&b, HEAVY).await.unwrap());
+    drop(w1);
+}
