@@ -5,13 +5,12 @@
 //! within 1e-9 relative), the plans must really have gone to the workers,
 //! and a worker that dies must fail the query naming it, never shorten it.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{culprit, serve_process_with, ServeProcess};
+use crate::common::{culprit, serve_process_with, wait_listening, ServeProcess};
 use crate::s3;
 
 /// A `culprit worker` process; killed when dropped.
@@ -38,8 +37,13 @@ impl WorkerProcess {
 /// Starts `culprit worker --store STORE --listen LISTEN` with the S3
 /// server's credentials and waits until it listens.
 fn start_worker(port: u16, store: &str, listen: &str) -> WorkerProcess {
+    start_worker_with(port, store, listen, &[])
+}
+
+fn start_worker_with(port: u16, store: &str, listen: &str, args: &[&str]) -> WorkerProcess {
     let mut child = culprit()
         .args(["worker", "--store", store, "--listen", listen])
+        .args(args)
         .envs(s3::env(port))
         .env_remove("CULPRIT_STORE")
         .env("RUST_LOG", "info")
@@ -47,28 +51,7 @@ fn start_worker(port: u16, store: &str, listen: &str) -> WorkerProcess {
         .stdout(Stdio::null())
         .spawn()
         .expect("culprit worker starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = String::new();
-    let addr = loop {
-        let line = match lines.next() {
-            Some(Ok(l)) => l,
-            _ => panic!("culprit worker ended before listening:\n{seen}"),
-        };
-        if let Some(rest) = line.split(" on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-        seen.push_str(&line);
-        seen.push('\n');
-    };
-    let stderr = Arc::new(Mutex::new(seen));
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            let mut s = sink.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
+    let (addr, stderr) = wait_listening(&mut child, "culprit worker", " on http://");
     WorkerProcess {
         child,
         addr,
@@ -138,6 +121,19 @@ fn assert_same(what: &str, single: &[Vec<Option<String>>], cluster: &[Vec<Option
             "{what}: row {i} differs:\n  one process: {a:?}\n  cluster:     {b:?}"
         );
     }
+}
+
+/// `e` is the server's 58000 naming the worker at `dead`.
+fn assert_names_dead_worker(e: &tokio_postgres::Error, dead: SocketAddr) {
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
+    assert_eq!(db.code().code(), "58000", "{db:?}");
+    assert!(
+        db.message().contains(&format!("{dead}")),
+        "the error must name the worker {dead}: {}",
+        db.message()
+    );
 }
 
 /// The plan of `sql` run with its metrics (`EXPLAIN ANALYZE`: DataFusion's
@@ -267,6 +263,15 @@ fn cluster_store(tasks: usize) -> (s3::S3Server, tempfile::TempDir, String) {
 }
 
 fn coordinator(port: u16, store: &str, workers: &[&WorkerProcess]) -> ServeProcess {
+    coordinator_with(port, store, workers, &[])
+}
+
+fn coordinator_with(
+    port: u16,
+    store: &str,
+    workers: &[&WorkerProcess],
+    args: &[&str],
+) -> ServeProcess {
     let list = workers
         .iter()
         .map(|w| w.addr.to_string())
@@ -275,17 +280,19 @@ fn coordinator(port: u16, store: &str, workers: &[&WorkerProcess]) -> ServeProce
     let env = s3::env(port);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // One task per byte read: every scan is split over every worker.
-    serve_process_with(
-        store,
-        &["--workers", &list, "--worker-task-bytes", "1"],
-        &env,
-    )
+    let mut all = vec!["--workers", &list, "--worker-task-bytes", "1"];
+    all.extend_from_slice(args);
+    serve_process_with(store, &all, &env)
 }
 
 fn single(port: u16, store: &str) -> ServeProcess {
+    single_with(port, store, &[])
+}
+
+fn single_with(port: u16, store: &str, args: &[&str]) -> ServeProcess {
     let env = s3::env(port);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    serve_process_with(store, &[], &env)
+    serve_process_with(store, args, &env)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,15 +365,7 @@ async fn a_dead_worker_fails_the_query_naming_it_and_one_back_is_used_again() {
     let e = rows(&b, sql)
         .await
         .expect_err("a query over a dead worker must fail");
-    let db = e
-        .as_db_error()
-        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
-    assert_eq!(db.code().code(), "58000", "{db:?}");
-    assert!(
-        db.message().contains(&format!("{dead}")),
-        "the error must name the worker {dead}: {}",
-        db.message()
-    );
+    assert_names_dead_worker(&e, dead);
     // The coordinator serves on: this connection, and a new one.
     assert_eq!(rows(&b, "SELECT 1").await.unwrap().len(), 1);
     let c = connect(coord.addr).await;
@@ -439,16 +438,206 @@ async fn a_worker_killed_mid_query_fails_it_naming_the_worker() {
         .await
         .unwrap()
         .expect_err("a query whose worker died must fail, not answer");
-    let db = e
-        .as_db_error()
-        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
-    assert_eq!(db.code().code(), "58000", "{db:?}");
-    assert!(
-        db.message().contains(&format!("{dead}")),
-        "the error must name the worker {dead}: {}",
-        db.message()
-    );
+    assert_names_dead_worker(&e, dead);
     // The coordinator serves on, on worker 1 alone, with the same answer.
     assert_same(HEAVY, &expected, &rows(&b, HEAVY).await.unwrap());
     drop(w1);
+}
+
+/// The analyses of a store whose window rows are read host bucket by host
+/// bucket (`--window-cache-rows 0`, as a store too large for memory is),
+/// their sweeps split among the workers.
+const SHARDED: &[&str] = &[
+    "SELECT * FROM blame(NULL)",
+    "SELECT * FROM blame(NULL, 'victim_stages=all')",
+    "SELECT * FROM blame(NULL, 'attribution=paper')",
+    "SELECT * FROM blame(NULL, 'slots=direct')",
+    "SELECT * FROM blame(NULL, 'victim_tasks=last')",
+    "SELECT * FROM culprits(NULL)",
+    "SELECT * FROM victims()",
+    "SELECT * FROM aggressive_queries()",
+    "SELECT * FROM hot_resources()",
+    "SELECT * FROM slow_nodes()",
+    // (Without `node_id`: nodes are numbered in the order level 4 lists
+    // them, which follows the order detail names were met.)
+    "SELECT victim_query, level, kind, victim_stage, resource, detail, host, culprit_kind, \
+     culprit_query, culprit_stage, via_stage, bc, dor FROM iqc_nodes(NULL)",
+    "SELECT c.victim_query, c.culprit_kind, c.culprit_query, c.blame_seconds, p.team \
+     FROM culprits(NULL) c LEFT JOIN queries q ON q.query_id = c.culprit_query \
+     LEFT JOIN teams p ON p.pool = q.pool",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analyses_are_swept_by_host_bucket_on_the_workers() {
+    let (s3, _tmp, store) = cluster_store(TASKS);
+    let mut w1 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let w2 = start_worker(s3.port, &store, "127.0.0.1:0");
+    let streamed = ["--window-cache-rows", "0"];
+    // One process reading the window rows bucket by bucket as the
+    // coordinator does, and one holding them in memory.
+    let one = single_with(s3.port, &store, &streamed);
+    let memory = single(s3.port, &store);
+    let coord = coordinator_with(s3.port, &store, &[&w1, &w2], &streamed);
+    let (a, m, b) = (
+        connect(one.addr).await,
+        connect(memory.addr).await,
+        connect(coord.addr).await,
+    );
+    // Series over the whole workload, in 5 windows (epoch milliseconds).
+    let span = rows(
+        &a,
+        "SELECT CAST(extract(epoch FROM min(launch_time)) * 1000 AS BIGINT), \
+         CAST(extract(epoch FROM max(finish_time)) * 1000 AS BIGINT) + 1 FROM tasks",
+    )
+    .await
+    .unwrap();
+    let num = |c: &Option<String>| -> i64 { c.as_deref().unwrap().parse().unwrap() };
+    let (from, to) = (num(&span[0][0]), num(&span[0][1]));
+    let step = ((to - from) as f64 / 5000.0).ceil();
+    let victim = rows(&a, "SELECT min(query_id) FROM queries").await.unwrap()[0][0]
+        .clone()
+        .unwrap();
+    let mut all: Vec<String> = SHARDED.iter().map(|s| s.to_string()).collect();
+    all.push(format!(
+        "SELECT * FROM aggressive_queries_series({from}, {to}, {step})"
+    ));
+    all.push(format!(
+        "SELECT * FROM culprits_series('{victim}', {from}, {to}, {step})"
+    ));
+    for sql in &all {
+        let mut expected = rows(&a, sql).await.expect(sql);
+        assert!(
+            !expected.is_empty() || sql.contains("aggressive"),
+            "{sql}: no rows"
+        );
+        let mut got = rows(&b, sql).await.unwrap_or_else(|e| {
+            panic!(
+                "{sql}: {e:?}\ncoordinator:\n{}\nworker 1:\n{}\nworker 2:\n{}",
+                coord.stderr.lock().unwrap(),
+                w1.stderr.lock().unwrap(),
+                w2.stderr.lock().unwrap()
+            )
+        });
+        let mut in_memory = rows(&m, sql).await.expect(sql);
+        expected.sort();
+        got.sort();
+        in_memory.sort();
+        // The single process's answer on the same path (each bucket swept
+        // as it sweeps it, combined in the same order; sums may add in
+        // another order, as detail names are numbered as they are met),
+        // and the one computed from the rows in memory.
+        assert_same(sql, &expected, &got);
+        assert_same(sql, &in_memory, &got);
+    }
+    // Both workers swept shares; the coordinator had the buckets swept
+    // there, not here.
+    for (name, w) in [("worker 1", &w1), ("worker 2", &w2)] {
+        let log = w.stderr.lock().unwrap().clone();
+        assert!(
+            log.contains("swept a share of"),
+            "{name} swept no share:\n{log}\ncoordinator:\n{}",
+            coord.stderr.lock().unwrap()
+        );
+    }
+    let log = coord.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("host buckets swept by the workers"),
+        "the coordinator did not send the buckets to the workers:\n{log}"
+    );
+    assert!(
+        !log.contains("host bucket 1/"),
+        "the coordinator swept buckets itself:\n{log}"
+    );
+
+    // A worker dies: the next analysis fails naming it (58000), with no
+    // rows; the one after runs without it, with the same answer.
+    let dead = w1.addr;
+    w1.kill();
+    let sql = SHARDED[0];
+    let e = rows(&b, sql)
+        .await
+        .expect_err("an analysis over a dead worker must fail");
+    assert_names_dead_worker(&e, dead);
+    let mut expected = rows(&a, sql).await.unwrap();
+    let mut again = rows(&b, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
+    expected.sort();
+    again.sort();
+    assert_same(sql, &expected, &again);
+    drop(w2);
+}
+
+/// A cluster with a shared secret: a worker started with one refuses the
+/// plans of a coordinator that does not present it (58000 naming the
+/// worker, and why), and answers one that does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_a_secret_refuses_plans_without_it() {
+    let (s3, tmp, store) = cluster_store(TASKS);
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "3f9c1e7a5b2d4c6e8f0a1b3c5d7e9f11\n").unwrap();
+    let wrong = tmp.path().join("wrong");
+    std::fs::write(&wrong, "00000000000000000000000000000000\n").unwrap();
+    let (secret, wrong) = (secret.to_str().unwrap(), wrong.to_str().unwrap());
+    let w1 = start_worker_with(
+        s3.port,
+        &store,
+        "127.0.0.1:0",
+        &["--cluster-secret-file", secret],
+    );
+    let w2 = start_worker_with(
+        s3.port,
+        &store,
+        "127.0.0.1:0",
+        &["--cluster-secret-file", secret],
+    );
+    let one = single(s3.port, &store);
+    let expected = rows(&connect(one.addr).await, PLAIN[1]).await.unwrap();
+    for (what, args) in [
+        ("no secret", vec![]),
+        ("another secret", vec!["--cluster-secret-file", wrong]),
+    ] {
+        let coord = coordinator_with(s3.port, &store, &[&w1, &w2], &args);
+        let e = rows(&connect(coord.addr).await, PLAIN[1])
+            .await
+            .expect_err(what);
+        let db = e
+            .as_db_error()
+            .unwrap_or_else(|| panic!("{what}: not a server error: {e:?}"));
+        assert_eq!(db.code().code(), "58000", "{what}: {db:?}");
+        assert!(
+            db.message().contains("cluster's secret"),
+            "{what}: the refusal must say why: {}",
+            db.message()
+        );
+    }
+    let coord = coordinator_with(
+        s3.port,
+        &store,
+        &[&w1, &w2],
+        &["--cluster-secret-file", secret],
+    );
+    let b = connect(coord.addr).await;
+    let distributed = plan(&b, PLAIN[1]).await;
+    assert!(
+        distributed.contains("DistributedExec")
+            && !distributed.contains("remote_coordinator_channels=0"),
+        "not run on the workers:\n{distributed}"
+    );
+    assert_same(PLAIN[1], &expected, &rows(&b, PLAIN[1]).await.unwrap());
+    // A secret too short is refused at start, naming the file.
+    let short = tmp.path().join("short");
+    std::fs::write(&short, "abc").unwrap();
+    let out = culprit()
+        .args(["worker", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--cluster-secret-file", short.to_str().unwrap()])
+        .envs(s3::env(s3.port))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("short") && err.contains("at least 16"),
+        "{err}"
+    );
 }

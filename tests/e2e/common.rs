@@ -269,7 +269,6 @@ pub fn serve_process(store: &str, args: &[&str]) -> ServeProcess {
 /// [`serve_process`] with `envs` added to its environment (and no
 /// `MALLOC_ARENA_MAX` but the one `envs` may give).
 pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> ServeProcess {
-    use std::io::{BufRead, BufReader};
     let mut child = culprit()
         .args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
         .args(args)
@@ -282,14 +281,34 @@ pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> 
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("culprit serve starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (addr, stderr) = wait_listening(&mut child, "culprit serve", "postgres://");
+    ServeProcess {
+        child,
+        addr,
+        stderr,
+    }
+}
+
+/// Reads a started process's stderr (piped) until a line holds `marker`
+/// followed by the address it listens on; then keeps collecting the rest
+/// of its stderr on a thread. Panics with what it said if it ends first.
+pub fn wait_listening(
+    child: &mut std::process::Child,
+    what: &str,
+    marker: &str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
     let mut seen = String::new();
     let addr = loop {
         let line = match lines.next() {
             Some(Ok(l)) => l,
-            _ => panic!("culprit serve ended before listening:\n{seen}"),
+            _ => panic!("{what} ended before listening:\n{seen}"),
         };
-        if let Some(rest) = line.split("postgres://").nth(1) {
+        if let Some(rest) = line.split(marker).nth(1) {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
         seen.push_str(&line);
@@ -304,11 +323,7 @@ pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> 
             s.push('\n');
         }
     });
-    ServeProcess {
-        child,
-        addr,
-        stderr,
-    }
+    (addr, stderr)
 }
 
 /// Parquet files read and written by the tests themselves (not by

@@ -87,6 +87,11 @@ struct ServerArgs {
     /// at most 512 MiB.
     #[arg(long, value_parser = limits::memory_budget_mb)]
     read_cache_mb: Option<usize>,
+    /// Window rows a store may have for analyses to keep them in memory with
+    /// its tasks; above, each analysis reads them host bucket by host bucket
+    /// from the store (and, with --workers, the workers sweep the buckets).
+    #[arg(long, default_value_t = culprit_engine::WINDOW_CACHE_ROWS)]
+    window_cache_rows: u64,
     #[command(flatten)]
     compaction: CompactionArgs,
     #[command(flatten)]
@@ -110,6 +115,10 @@ struct ClusterArgs {
     #[arg(long, default_value_t = culprit_sql::cluster::DEFAULT_BYTES_PER_TASK as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     worker_task_bytes: u64,
+    /// A file holding the cluster's shared secret, presented to the workers
+    /// with every plan (the file their --cluster-secret-file names).
+    #[arg(long, env = "CULPRIT_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<std::path::PathBuf>,
 }
 
 impl ClusterArgs {
@@ -128,10 +137,16 @@ impl ClusterArgs {
             }
             return Ok(None);
         }
-        Ok(Some(culprit_sql::Cluster::new(
+        let cluster = culprit_sql::Cluster::new(
             urls,
             usize::try_from(self.worker_task_bytes).unwrap_or(usize::MAX),
-        )?))
+        )?;
+        Ok(Some(
+            match cluster_secret(self.cluster_secret_file.as_deref())? {
+                Some(secret) => cluster.with_secret(secret),
+                None => cluster,
+            },
+        ))
     }
 }
 
@@ -204,6 +219,7 @@ impl ServerArgs {
             },
             auto_compact: self.compaction.options(),
             cluster: self.cluster.cluster()?,
+            window_cache_rows: self.window_cache_rows,
         })
     }
 }
@@ -381,10 +397,15 @@ enum Command {
     Worker {
         #[command(flatten)]
         store: StoreArg,
-        /// Address of its gRPC service (port 0: any free port). It has no
-        /// authentication: listen on a private network only.
+        /// Address of its gRPC service (port 0: any free port). Its traffic is not
+        /// encrypted: listen on a private network only.
         #[arg(long, env = "CULPRIT_WORKER_LISTEN", default_value = "127.0.0.1:5434")]
         listen: String,
+        /// A file holding the cluster's shared secret (at least 16 printable
+        /// characters): plans that do not present it are refused. Give the
+        /// coordinator the same file.
+        #[arg(long, env = "CULPRIT_CLUSTER_SECRET_FILE")]
+        cluster_secret_file: Option<std::path::PathBuf>,
     },
     /// Manage the users file of `culprit serve --users`.
     User {
@@ -708,9 +729,14 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             serve(store, &listen, server.options()?, None).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Worker { store, listen } => {
+        Command::Worker {
+            store,
+            listen,
+            cluster_secret_file,
+        } => {
             let store = Store::open(&store.store)?;
-            worker(store, &listen).await?;
+            let secret = cluster_secret(cluster_secret_file.as_deref())?;
+            worker(store, secret, &listen).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate {
@@ -944,14 +970,37 @@ async fn serve(
     Ok(())
 }
 
+/// The cluster's secret from `--cluster-secret-file`, if given.
+fn cluster_secret(
+    path: Option<&std::path::Path>,
+) -> Result<Option<culprit_sql::cluster::Secret>, BoxError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--cluster-secret-file {}: {e}", path.display()))?;
+    culprit_sql::cluster::Secret::parse(&text)
+        .map(Some)
+        .map_err(|e| format!("--cluster-secret-file {}: {e}", path.display()).into())
+}
+
 /// Runs a worker until Ctrl-C.
-async fn worker(store: Store, listen: &str) -> Result<(), BoxError> {
+async fn worker(
+    store: Store,
+    secret: Option<culprit_sql::cluster::Secret>,
+    listen: &str,
+) -> Result<(), BoxError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
+    if secret.is_none() {
+        eprintln!(
+            "warning: no --cluster-secret-file: this worker runs the plans of anyone who reaches {addr}"
+        );
+    }
     eprintln!("culprit worker of {store} on http://{addr} (Ctrl-C to stop)");
-    culprit_sql::cluster::serve_worker(&store, listener, async {
+    culprit_sql::cluster::serve_worker(&store, secret, listener, async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("shutting down");
     })

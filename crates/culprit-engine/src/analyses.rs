@@ -34,6 +34,12 @@ impl Snapshot {
     /// Level-4 blame (method.md sections 4-5) over the window rows in
     /// memory or read from the store bucket by bucket.
     pub fn blame(&self, opts: &BlameOptions) -> Result<Blamed, Error> {
+        if self.sharded().is_some() {
+            let (victims, mut series) =
+                self.blame_series(opts, &Windows::one(method::window(opts)))?;
+            let level4 = series.pop().unwrap_or_default();
+            return Ok(Blamed { victims, level4 });
+        }
         let (victims, level4) = match &self.buckets {
             None => method::blame(&self.ds, opts)?,
             Some(buckets) => {
@@ -108,6 +114,15 @@ impl Snapshot {
         opts: &BlameOptions,
         windows: &Windows,
     ) -> Result<(Victims, Vec<Level4>), Error> {
+        if let Some((sweeper, buckets)) = self.sharded() {
+            let shards = crate::shards::Sharded {
+                runtime: runtime()?,
+                snapshot: self,
+                sweeper: sweeper.as_ref(),
+                buckets,
+            };
+            return method::blame_series_sharded(&self.ds, opts, windows, &shards);
+        }
         Ok(match &self.buckets {
             None => method::blame_series(&self.ds, opts, windows)?,
             Some(buckets) => {

@@ -59,6 +59,16 @@ impl StoreBuckets {
         }
     }
 
+    /// The number of host buckets.
+    pub fn buckets(&self) -> usize {
+        self.files.len()
+    }
+
+    /// The bucket of host `host` of the dataset.
+    pub fn bucket_of(&self, host: u32) -> usize {
+        self.host_bucket[host as usize]
+    }
+
     /// The reads of one analysis over `ds`, on the runtime of the calling
     /// query (the sweeps run on one of its blocking threads).
     pub fn reader<'a>(

@@ -43,6 +43,11 @@ pub const MEMORY_WAIT: Duration = Duration::from_secs(120);
 /// victims' task bookkeeping), measured on generated stores with
 /// `victim_stages=all` and rounded up (docs/operations.md).
 pub const HEAVY_BYTES_PER_WINDOW_ROW: usize = 96;
+/// The same on the coordinator of a cluster whose workers sweep the host
+/// buckets (`shards.rs`): its level-4 nodes as they come back and the
+/// result, not the buckets' rows (docs/operations.md, "Running a
+/// cluster").
+pub const SHARDED_BYTES_PER_WINDOW_ROW: usize = 64;
 /// Bytes per window row of an analysis of one victim (the sweeps of the
 /// default `slots=transitive` still explain every stage).
 pub const LIGHT_BYTES_PER_WINDOW_ROW: usize = 96;
@@ -425,6 +430,7 @@ impl Snapshot {
         let per_row = match cost {
             Cost::Small => 0,
             Cost::OneVictim => LIGHT_BYTES_PER_WINDOW_ROW,
+            Cost::AllVictims if self.sharded().is_some() => SHARDED_BYTES_PER_WINDOW_ROW,
             Cost::AllVictims => HEAVY_BYTES_PER_WINDOW_ROW,
         };
         let load = if windows && self.streamed() {

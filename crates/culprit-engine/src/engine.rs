@@ -13,6 +13,7 @@ use tokio::sync::Mutex;
 use crate::buckets::StoreBuckets;
 use crate::budget::{self, Budget, Reservation};
 use crate::error::Error;
+use crate::shards::Sweeper;
 
 /// Window rows kept in memory with the dataset, at most (about 48 bytes
 /// each); above, analyses stream them from the store.
@@ -35,6 +36,9 @@ pub struct Engine {
     /// (`focus.rs`), with its capacity held in the budget; a server's
     /// engine has one ([`Engine::with_budget`]).
     read_cache: Option<(Arc<ReadCache>, Reservation)>,
+    /// A cluster's workers, which sweep the host buckets of a large
+    /// store's analyses (`shards.rs`); none in a single process.
+    sweeper: Option<Arc<dyn Sweeper>>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -47,6 +51,9 @@ pub struct Snapshot {
     /// analyses that read a table the dataset does not hold (record
     /// lineage, task attributes) at this same version.
     pub(crate) source: Arc<(Store, Manifest)>,
+    /// The engine's [`Sweeper`], on a snapshot whose window rows are in
+    /// the store (`shards.rs`).
+    pub(crate) sweeper: Option<Arc<dyn Sweeper>>,
 }
 
 impl Engine {
@@ -66,7 +73,56 @@ impl Engine {
             budget: Budget::default(),
             cache_held: std::sync::Mutex::new(None),
             read_cache: None,
+            sweeper: None,
         }
+    }
+
+    /// The same engine keeping at most `rows` window rows in memory (0:
+    /// always read them from the store).
+    pub fn with_window_cache_rows(mut self, rows: u64) -> Self {
+        self.window_cache_rows = rows;
+        self
+    }
+
+    /// The same engine, its analyses of a large store swept by `sweeper`
+    /// (a cluster's workers) host bucket by host bucket.
+    pub fn with_sweeper(mut self, sweeper: Arc<dyn Sweeper>) -> Self {
+        self.sweeper = Some(sweeper);
+        self
+    }
+
+    /// Whether analyses of a large store are swept by a cluster's workers
+    /// now (two workers up or more).
+    pub fn sweeping(&self) -> bool {
+        self.sweeper.as_ref().is_some_and(|s| s.workers() >= 2)
+    }
+
+    /// A worker's snapshot of store version `version`, its window rows left
+    /// in the store whatever its size (a share reads its buckets), cached
+    /// per version as [`Engine::snapshot`] caches the newest.
+    pub async fn snapshot_at(&self, version: u64) -> Result<Snapshot, Error> {
+        let mut cache = self.cache.lock().await;
+        if let Some((v, snapshot)) = cache.as_ref() {
+            if *v == version && snapshot.buckets.is_some() {
+                return Ok(snapshot.clone());
+            }
+        }
+        let manifest = self.store.manifest_at(version).await?;
+        let ds = Arc::new(self.read(&manifest, false).await?);
+        let snapshot = Snapshot {
+            buckets: Some(Arc::new(StoreBuckets::new(
+                self.store.clone(),
+                manifest.clone(),
+                &ds,
+                HOST_BUCKETS as usize,
+            ))),
+            ds,
+            source: Arc::new((self.store.clone(), manifest.clone())),
+            sweeper: None,
+        };
+        *cache = Some((version, snapshot.clone()));
+        self.hold_cache(&manifest, false);
+        Ok(snapshot)
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -120,6 +176,7 @@ impl Engine {
                     ))
                 });
                 let snapshot = Snapshot {
+                    sweeper: buckets.as_ref().and(self.sweeper.clone()),
                     ds,
                     buckets,
                     source: Arc::new((self.store.clone(), manifest.clone())),
@@ -135,6 +192,7 @@ impl Engine {
                 ds: Arc::new(self.read(&manifest, true).await?),
                 buckets: None,
                 source: snapshot.source.clone(),
+                sweeper: None,
             });
         }
         Ok(snapshot)

@@ -28,6 +28,11 @@ pub enum Error {
     /// heavy analyses wait already (`budget.rs`; SQLSTATE 53200).
     #[error("culprit: {0}")]
     OutOfMemory(String),
+    /// The workers of a cluster could not sweep their share of the
+    /// analysis (`shards.rs`): the distributed engine's error, kept whole so
+    /// that it is mapped by what it is (a worker that failed: 58000).
+    #[error("culprit: {0}")]
+    Remote(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A failure that can only be a bug (a lost worker, a broken invariant).
     #[error("culprit: internal error: {0}")]
     Internal(String),

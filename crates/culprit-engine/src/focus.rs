@@ -128,7 +128,10 @@ impl Engine {
         tasks: u64,
     ) -> Result<Option<VictimGroups>, Error> {
         let manifest = self.store().manifest().await?;
-        if manifest.rows_of(Table::TaskWindows) <= self.window_cache_rows() {
+        // A cluster's workers (two or more up) sweep the whole store's
+        // host buckets instead (`shards.rs`): one pass over the window
+        // rows, split among them.
+        if manifest.rows_of(Table::TaskWindows) <= self.window_cache_rows() || self.sweeping() {
             return Ok(None);
         }
         let Some(spans) = self.spans(&manifest).await? else {
@@ -293,6 +296,7 @@ impl Engine {
             ds: Arc::new(ds),
             buckets: None,
             source: Arc::new((store.clone(), manifest)),
+            sweeper: None,
         })
     }
 

@@ -2,10 +2,12 @@
 //! query index and the files' time spans) gives the victim exactly what the
 //! analysis over the whole store gives it.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
-use culprit_core::method::{BlameOptions, SlotBlame, TaskBlame, VictimStages};
+use culprit_core::method::BlameOptions;
 use culprit_core::Table;
 use culprit_engine::{Budget, BudgetOptions, Engine, Snapshot};
 use culprit_store::Store;
@@ -158,30 +160,6 @@ async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> u
     n
 }
 
-/// The option sets every comparison runs: the defaults, and each option
-/// changed alone.
-fn variants() -> Vec<BlameOptions> {
-    vec![
-        BlameOptions::default(),
-        BlameOptions {
-            slots: SlotBlame::Direct,
-            ..Default::default()
-        },
-        BlameOptions {
-            stages: VictimStages::All,
-            ..Default::default()
-        },
-        BlameOptions {
-            tasks: TaskBlame::Last,
-            ..Default::default()
-        },
-        BlameOptions {
-            attribution: culprit_core::method::Attribution::Paper,
-            ..Default::default()
-        },
-    ]
-}
-
 async fn compare(store: &Store, victims: &[String]) -> usize {
     // The full analyses: whole in memory, and streamed bucket by bucket.
     let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
@@ -201,7 +179,7 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
         Engine::with_budget(store.clone(), budget)
     };
     let (cached, tiny) = (with_cache(64 << 20), with_cache(256 << 10));
-    let variants = variants();
+    let variants = common::variants();
     let mut compared = 0;
     for v in victims {
         if full.query(v).is_err() {
@@ -394,7 +372,7 @@ async fn every_victim_by_groups_equals_the_whole_store() {
     }
     let third = (t1 - t0) / 3;
     let windows = [(None, None), (Some(t0 + third), Some(t1 - third))];
-    let variants = variants();
+    let variants = common::variants();
     let mut compared = 0;
     for (from, to) in windows {
         let window = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));

@@ -220,21 +220,25 @@ impl Bloom {
         }
     }
 
-    fn probes(&self, key: &Key) -> impl Iterator<Item = usize> {
-        let m = (self.bits.len() * 64) as u64;
+    /// The bits of `key` in a filter of `m` bits (a free function: adding
+    /// sets them while it computes them, with nothing allocated).
+    fn probes(m: u64, key: &Key) -> impl Iterator<Item = usize> {
         let (a, b) = (key.0, key.1 | 1);
         (0..7u64).map(move |i| (a.wrapping_add(i.wrapping_mul(b)) % m) as usize)
     }
 
+    fn size(&self) -> u64 {
+        (self.bits.len() * 64) as u64
+    }
+
     fn add(&mut self, key: &Key) {
-        for p in self.probes(key).collect::<Vec<_>>() {
+        for p in Self::probes(self.size(), key) {
             self.bits[p / 64] |= 1 << (p % 64);
         }
     }
 
     fn may_hold(&self, key: &Key) -> bool {
-        self.probes(key)
-            .all(|p| self.bits[p / 64] & (1 << (p % 64)) != 0)
+        Self::probes(self.size(), key).all(|p| self.bits[p / 64] & (1 << (p % 64)) != 0)
     }
 }
 

@@ -101,6 +101,10 @@ pub struct ServerOptions {
     /// become their coordinator (`culprit_sql::cluster`). `None`: every
     /// query runs in this process.
     pub cluster: Option<culprit_sql::Cluster>,
+    /// Window rows kept in memory with a store's dataset, at most
+    /// (`culprit_engine::WINDOW_CACHE_ROWS`); above, analyses read them
+    /// host bucket by host bucket, on the workers when there are any.
+    pub window_cache_rows: u64,
 }
 
 impl Default for ServerOptions {
@@ -119,6 +123,7 @@ impl Default for ServerOptions {
             },
             auto_compact: None,
             cluster: None,
+            window_cache_rows: culprit_engine::WINDOW_CACHE_ROWS,
         }
     }
 }
@@ -208,7 +213,17 @@ impl Server {
                 budget.read_cache() >> 20
             );
         }
-        let engine = Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
+        let mut engine = culprit_sql::Engine::with_budget(store.clone(), budget)
+            .with_window_cache_rows(opts.window_cache_rows);
+        if let Some(cluster) = &opts.cluster {
+            // The host buckets of a large store's analyses go to the
+            // workers (`culprit_sql::shards`).
+            engine = engine.with_sweeper(Arc::new(culprit_sql::shards::ClusterSweeper::new(
+                cluster.clone(),
+                store.clone(),
+            )));
+        }
+        let engine = Arc::new(engine);
         let sessions = sessions::Sessions::default();
         let users = opts.users.map(Arc::new);
         session(

@@ -163,6 +163,12 @@ fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'stati
             // The server's memory budget, or its queue of heavy analyses.
             CulpritError::OutOfMemory(_) => OUT_OF_MEMORY,
             CulpritError::Store(s) => store_code(s),
+            // The workers' share of an analysis: the distributed engine's
+            // own error (a worker's failure is found before, in the chain).
+            CulpritError::Remote(inner) => match inner.downcast_ref::<DataFusionError>() {
+                Some(d) => classify(d).0,
+                None => INTERNAL_ERROR,
+            },
         };
     }
     match e.downcast_ref::<StoreError>() {

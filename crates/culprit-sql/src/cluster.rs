@@ -79,6 +79,69 @@ struct Workers {
     /// When each worker last failed (same order as `urls`).
     failed: Mutex<Vec<Option<Instant>>>,
     channels: DefaultChannelResolver,
+    /// The cluster's shared secret, sent with every plan ([`SECRET_HEADER`]).
+    secret: Option<Secret>,
+}
+
+/// What a worker says when a plan does not present its secret.
+const REFUSED: &str = "refused a plan that does not present this cluster's secret";
+
+/// The gRPC metadata a coordinator (or a worker reading another's shuffle)
+/// presents the cluster's secret in.
+pub const SECRET_HEADER: &str = "x-culprit-cluster-secret";
+
+/// A cluster's shared secret (`--cluster-secret-file`): every plan sent to
+/// a worker carries it, and a worker started with one refuses a plan
+/// without it. Not printed by `Debug`.
+#[derive(Clone)]
+pub struct Secret(tonic::codegen::http::HeaderValue);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    /// The secret in `text` (a file's contents, surrounding white space
+    /// dropped): at least 16 characters, printable ASCII without spaces.
+    pub fn parse(text: &str) -> std::result::Result<Secret, String> {
+        let t = text.trim();
+        if t.len() < 16 {
+            return Err(format!(
+                "the cluster secret must have at least 16 characters, it has {}",
+                t.len()
+            ));
+        }
+        if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(
+                "the cluster secret must be printable ASCII without spaces (e.g. `openssl rand -hex 32`)"
+                    .into(),
+            );
+        }
+        tonic::codegen::http::HeaderValue::from_str(t)
+            .map(|mut v| {
+                v.set_sensitive(true);
+                Secret(v)
+            })
+            .map_err(|e| format!("the cluster secret: {e}"))
+    }
+
+    /// Whether `headers` present this secret (compared in constant time).
+    fn presented_in(&self, headers: &HeaderMap) -> bool {
+        let want = self.0.as_bytes();
+        headers.get(SECRET_HEADER).is_some_and(|got| {
+            let got = got.as_bytes();
+            got.len() == want.len()
+                && got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        })
+    }
+
+    fn add_to(secret: &Option<Secret>, headers: &mut HeaderMap) {
+        if let Some(s) = secret {
+            headers.insert(SECRET_HEADER, s.0.clone());
+        }
+    }
 }
 
 impl Cluster {
@@ -96,14 +159,37 @@ impl Cluster {
                 urls,
                 failed: Mutex::new(vec![None; n]),
                 channels: DefaultChannelResolver::default(),
+                secret: None,
             }),
             bytes_per_task: bytes_per_task.max(1),
         })
     }
 
+    /// The same cluster, presenting `secret` to its workers.
+    pub fn with_secret(self, secret: Secret) -> Cluster {
+        let w = &self.workers;
+        Cluster {
+            workers: Arc::new(Workers {
+                urls: w.urls.clone(),
+                failed: Mutex::new(vec![None; w.urls.len()]),
+                channels: DefaultChannelResolver::default(),
+                secret: Some(secret),
+            }),
+            bytes_per_task: self.bytes_per_task,
+        }
+    }
+
     /// The workers' URLs.
     pub fn urls(&self) -> &[Url] {
         &self.workers.urls
+    }
+
+    /// How many workers new plans may use now: those not failed in the
+    /// last [`RETRY_AFTER`] (all of them if every one did).
+    pub fn workers_up(&self) -> usize {
+        Resolver(self.workers.clone())
+            .get_urls()
+            .map_or(self.workers.urls.len(), |u| u.len())
     }
 
     /// Makes a session being built a coordinator of this cluster.
@@ -308,6 +394,15 @@ fn named(workers: &Workers, url: &Url, e: DataFusionError) -> DataFusionError {
             return e;
         }
     }
+    if e.find_root().message().contains(REFUSED) {
+        // A worker that wants the cluster's secret: a configuration to
+        // fix, named like a worker that cannot be used (58000).
+        log::warn!("worker {url} refused the plan: {e}");
+        return DataFusionError::External(Box::new(WorkerUnavailable {
+            url: url.to_string(),
+            detail: e.to_string(),
+        }));
+    }
     if !is_transport(&e) {
         // Another worker's failure, reported by this one.
         if let Some(other) = WorkerUnavailable::from_message(&e.find_root().message()) {
@@ -364,12 +459,13 @@ struct Named {
 impl WorkerChannel for Named {
     async fn coordinator_channel(
         &mut self,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         set_plan_request: SetPlanRequest,
         c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
         metrics: ExecutionPlanMetricsSet,
         task_ctx: &Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
+        Secret::add_to(&self.workers.secret, &mut headers);
         let (url, workers) = (self.url.clone(), self.workers.clone());
         let stream = self
             .inner
@@ -382,11 +478,12 @@ impl WorkerChannel for Named {
 
     async fn execute_task(
         &mut self,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         request: ExecuteTaskRequest,
         metrics: ExecutionPlanMetricsSet,
         task_ctx: &Arc<TaskContext>,
     ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
+        Secret::add_to(&self.workers.secret, &mut headers);
         let streams = self
             .inner
             .execute_task(headers, request, metrics, task_ctx)
@@ -413,8 +510,10 @@ impl WorkerChannel for Named {
 }
 
 /// The engine's worker over `store`: its sessions read the store through
-/// the same confined, read-only object store as a coordinator's.
-pub fn worker(store: &Store) -> Result<Worker> {
+/// the same confined, read-only object store as a coordinator's. With a
+/// `secret`, a plan that does not present it is refused, and the worker
+/// presents it to the other workers it reads.
+pub fn worker(store: &Store, secret: Option<Secret>) -> Result<Worker> {
     let runtime: Arc<RuntimeEnv> = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(crate::sandbox::StoreOnlyRegistry::new(store)))
         .build_arc()?;
@@ -422,15 +521,40 @@ pub fn worker(store: &Store) -> Result<Worker> {
         urls: Vec::new(),
         failed: Mutex::new(Vec::new()),
         channels: DefaultChannelResolver::default(),
+        secret: secret.clone(),
     });
+    // The engine the worker sweeps analyses' shares with (`shards.rs`):
+    // its snapshot of a store version is kept for the next share.
+    let engine = Arc::new(crate::shards::WorkerEngine(Arc::new(
+        culprit_engine::Engine::new(store.clone()),
+    )));
     Ok(
         Worker::from_session_builder(move |ctx: WorkerQueryContext| {
             let workers = workers.clone();
+            let engine = engine.clone();
+            let secret = secret.clone();
             async move {
+                if let Some(secret) = &secret {
+                    if !secret.presented_in(&ctx.headers) {
+                        log::warn!("refused a plan without this cluster's secret");
+                        return Err(DataFusionError::Execution(format!(
+                            "culprit worker: {REFUSED} (--cluster-secret-file)"
+                        )));
+                    }
+                }
                 let mut builder = ctx
                     .builder
                     // Shuffles read other workers: their errors named too.
-                    .with_distributed_channel_resolver(Channels(workers));
+                    .with_distributed_channel_resolver(Channels(workers))
+                    // The plan node of an analysis's share.
+                    .with_distributed_user_codec(crate::shards::SweepCodec);
+                match builder.config().as_mut() {
+                    Some(config) => config.set_extension(engine),
+                    None => {
+                        *builder.config() =
+                            Some(datafusion::prelude::SessionConfig::new().with_extension(engine))
+                    }
+                }
                 // culprit's scalar and aggregate functions, which a shipped
                 // stage may call.
                 builder
@@ -451,10 +575,11 @@ pub fn worker(store: &Store) -> Result<Worker> {
 /// Serves the worker on `listener` until `shutdown` completes.
 pub async fn serve_worker(
     store: &Store,
+    secret: Option<Secret>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let worker = worker(store)?;
+    let worker = worker(store, secret)?;
     let incoming = futures::stream::unfold(listener, |listener| async move {
         let accepted = listener
             .accept()
@@ -475,6 +600,23 @@ pub async fn serve_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_secret_is_checked_whole_and_never_printed() {
+        assert!(Secret::parse("short").is_err());
+        assert!(Secret::parse("sixteen chars  with spaces").is_err());
+        assert!(Secret::parse("caf\u{e9}0123456789abcdef").is_err());
+        let s = Secret::parse("  0123456789abcdef0123\n").unwrap();
+        assert_eq!(format!("{s:?}"), "Secret(..)");
+        let mut h = HeaderMap::new();
+        assert!(!s.presented_in(&h));
+        h.insert(SECRET_HEADER, "0123456789abcdef012".parse().unwrap());
+        assert!(!s.presented_in(&h));
+        h.insert(SECRET_HEADER, "0123456789abcdef0124".parse().unwrap());
+        assert!(!s.presented_in(&h));
+        Secret::add_to(&Some(s.clone()), &mut h);
+        assert!(s.presented_in(&h));
+    }
 
     #[test]
     fn workers_are_parsed() {

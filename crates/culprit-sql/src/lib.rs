@@ -11,6 +11,7 @@ mod context;
 pub mod error;
 pub mod functions;
 pub mod sandbox;
+pub mod shards;
 mod table;
 pub mod user_tables;
 

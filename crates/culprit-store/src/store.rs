@@ -174,6 +174,18 @@ impl Store {
                 ..Manifest::default()
             });
         };
+        self.read_manifest(version, location).await
+    }
+
+    /// The manifest of `version` (a cluster's workers read the version
+    /// their coordinator planned at). A version never written, or one
+    /// removed since, is an error naming it.
+    pub async fn manifest_at(&self, version: u64) -> Result<Manifest> {
+        let location = paths::manifest(&self.root, version);
+        self.read_manifest(version, &location).await
+    }
+
+    async fn read_manifest(&self, version: u64, location: &Path) -> Result<Manifest> {
         let bytes = self
             .object_store
             .get(location)

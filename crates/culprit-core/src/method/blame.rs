@@ -7,7 +7,7 @@
 
 use super::level4::Level4;
 use super::model::Dataset;
-use super::schedule::{self, BucketSource};
+use super::schedule::{self, BucketSource, Shards};
 use super::series::Windows;
 use super::sweep::{Attribution, Explained};
 use super::transitive::{pass_on, Rho, RunSeconds};
@@ -60,6 +60,21 @@ pub fn blame_series_streamed<S: BucketSource>(
 ) -> Result<(Victims, Vec<Level4>), S::Error> {
     blame_by(ds, opts, windows, |victim, windows, mode| {
         schedule::streamed(ds, source, victim, windows, mode)
+    })
+}
+
+/// [`blame_series_streamed`] with the host buckets swept by `shards` (the
+/// workers of a cluster) and the cluster-wide parts (the slot sweep,
+/// transitive slot blame) here: the same result. Only for a dataset where
+/// no task has two hosts (`Dataset::host_conflicts == 0`).
+pub fn blame_series_sharded<S: Shards>(
+    ds: &Dataset,
+    opts: &BlameOptions,
+    windows: &Windows,
+    shards: &S,
+) -> Result<(Victims, Vec<Level4>), S::Error> {
+    blame_by(ds, opts, windows, |victim, windows, mode| {
+        schedule::sharded(ds, shards, victim, windows, mode)
     })
 }
 

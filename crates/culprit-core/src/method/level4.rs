@@ -20,7 +20,9 @@ pub enum Culprit {
 }
 
 impl Culprit {
-    pub(crate) fn from_code(c: u32) -> Culprit {
+    /// The culprit of a compact code (a stage id, or the codes of gc,
+    /// external and unknown), as [`Culprit::code`] gives it.
+    pub fn from_code(c: u32) -> Culprit {
         match c {
             GC => Culprit::Gc,
             EXTERNAL => Culprit::External,
@@ -29,7 +31,8 @@ impl Culprit {
         }
     }
 
-    pub(crate) fn code(self) -> u32 {
+    /// The compact code of the culprit (its stage id for a stage).
+    pub fn code(self) -> u32 {
         match self {
             Culprit::Stage(s) => s,
             Culprit::Gc => GC,

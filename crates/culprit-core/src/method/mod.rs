@@ -50,13 +50,13 @@ mod tests;
 mod tests_papers;
 
 pub use beta::BetaAcc;
-pub use blame::{blame, blame_series, blame_series_streamed, blame_streamed};
+pub use blame::{blame, blame_series, blame_series_sharded, blame_series_streamed, blame_streamed};
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};
 pub use level4::{Culprit, Entry, Level4};
 pub use model::{Dataset, Micros};
 pub use responsibility::{dor, Bc0, CulpritKind};
-pub use schedule::BucketSource;
+pub use schedule::{sweep_share, BucketNodes, BucketSource, Shards};
 pub use series::{series_windows, Windows, MAX_SERIES_WINDOWS};
 pub use stage_ratp::{stage_ratp, StageRatp};
 pub use sweep::{Attribution, Explained};

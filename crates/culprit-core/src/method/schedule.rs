@@ -340,9 +340,48 @@ pub(crate) fn streamed<S: BucketSource>(
     windows: &Windows,
     mode: Attribution,
 ) -> Result<Vec<Level4>, S::Error> {
+    let chunks = bucket_jobs(ds, source, victim, windows, mode, None)?;
+    Ok(by_window(chunks, windows, Some(source.details()?)))
+}
+
+/// The buckets whose hosts ran a victim stage, and per bucket those hosts.
+fn victim_hosts(
+    ds: &Dataset,
+    victim: Explained<'_>,
+    buckets: usize,
+    bucket_of: impl Fn(u32) -> usize,
+) -> Vec<Vec<u32>> {
+    let mut victim_host = vec![false; ds.hosts.len()];
+    for t in &ds.tasks {
+        if victim.stage(t.stage) {
+            victim_host[t.host as usize] = true;
+        }
+    }
+    let mut hosts: Vec<Vec<u32>> = vec![Vec::new(); buckets];
+    for h in 0..ds.hosts.len() as u32 {
+        if victim_host[h as usize] {
+            hosts[bucket_of(h)].push(h);
+        }
+    }
+    hosts
+}
+
+/// The jobs of [`streamed`]: job 0 the slot sweep, job `b + 1` bucket `b`'s
+/// sweeps. With `share`, only the buckets marked there are read and swept
+/// (a worker's share of an analysis, [`sweep_share`]), and the slot sweep
+/// is left to the caller.
+fn bucket_jobs<S: BucketSource>(
+    ds: &Dataset,
+    source: &S,
+    victim: Explained<'_>,
+    windows: &Windows,
+    mode: Attribution,
+    share: Option<&[bool]>,
+) -> Result<Vec<Nodes>, S::Error> {
     let n = source.buckets();
     let groups = ds.windows.len();
     let tasks_by_host = ds.tasks_by_host();
+    let in_share = |b: usize| share.is_none_or(|s| s.get(b).copied().unwrap_or(false));
     // Files without a bucket are read first, in parallel, and kept: every
     // bucket's sweep takes its hosts' rows from them too.
     let loose: Vec<Part> = parallel(source.unbucketed_files(), |i| -> Result<Part, S::Error> {
@@ -355,18 +394,7 @@ pub(crate) fn streamed<S: BucketSource>(
     // Only hosts where a victim stage ran have anything to explain; a
     // bucket without such hosts is not even read, unless some task was
     // stored with two hosts (its rows could sit in any bucket).
-    let mut victim_host = vec![false; ds.hosts.len()];
-    for t in &ds.tasks {
-        if victim.stage(t.stage) {
-            victim_host[t.host as usize] = true;
-        }
-    }
-    let mut hosts: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for h in 0..ds.hosts.len() as u32 {
-        if victim_host[h as usize] {
-            hosts[source.bucket_of(h)].push(h);
-        }
-    }
+    let hosts = victim_hosts(ds, victim, n, |h| source.bucket_of(h));
     let may_skip = ds.host_conflicts == 0;
     let read_bucket = |b: usize, strays: &mut Strays| -> Result<Part, S::Error> {
         let mut part = Part::new(groups);
@@ -387,10 +415,13 @@ pub(crate) fn streamed<S: BucketSource>(
     let swept = AtomicUsize::new(0);
     let jobs = parallel(n + 1, |j| -> Result<(Nodes, Strays), S::Error> {
         if j == 0 {
+            if share.is_some() {
+                return Ok((Nodes::default(), Vec::new()));
+            }
             return Ok((slot_entries(ds, victim, windows, mode)?, Vec::new()));
         }
         let b = j - 1;
-        if may_skip && hosts[b].is_empty() {
+        if !in_share(b) || (may_skip && hosts[b].is_empty()) {
             return Ok((Nodes::default(), Vec::new()));
         }
         let mut strays = Strays::new();
@@ -415,10 +446,164 @@ pub(crate) fn streamed<S: BucketSource>(
     // A bucket that got rows from another bucket's files is swept again
     // with them (rare: a task stored twice with different hosts).
     for (b, extra) in strays {
+        if !in_share(b) {
+            // A share is only asked for when no task has two hosts
+            // (`Dataset::host_conflicts`), so this cannot happen.
+            return Err(MethodError::Internal(format!(
+                "host bucket {b} has rows in another bucket's files; it cannot be swept in a share"
+            ))
+            .into());
+        }
         let part = read_bucket(b, &mut Strays::new())?;
         chunks[b + 1] = sweep_bucket(b, &[&part, &extra])?;
     }
-    Ok(by_window(chunks, windows, Some(source.details()?)))
+    Ok(chunks)
+}
+
+/// The level-4 nodes of one host bucket's sweeps, by window: a share of an
+/// analysis swept on a worker of a cluster ([`sweep_share`]), combined on
+/// the coordinator ([`Shards`]).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct BucketNodes {
+    pub bucket: usize,
+    /// `(window, nodes)`, in the order the sweeps gave them.
+    pub windows: Vec<(u32, Vec<Entry>)>,
+}
+
+impl BucketNodes {
+    fn of(bucket: usize, nodes: Nodes) -> BucketNodes {
+        let mut windows = Vec::with_capacity(1 + nodes.rest.len());
+        if !nodes.first.is_empty() {
+            windows.push((0, nodes.first));
+        }
+        let mut rest: Vec<(u32, Vec<Entry>)> = nodes.rest.into_iter().collect();
+        rest.sort_unstable_by_key(|(w, _)| *w);
+        windows.extend(rest);
+        BucketNodes { bucket, windows }
+    }
+
+    fn into_nodes(self) -> Nodes {
+        let mut nodes = Nodes::default();
+        for (w, entries) in self.windows {
+            if w == 0 {
+                nodes.first = entries;
+            } else {
+                nodes.rest.insert(w, entries);
+            }
+        }
+        nodes
+    }
+}
+
+/// The sweeps of the host buckets `buckets` only, without the slot sweep:
+/// a worker's share of an analysis (method.md section 2: hosts are
+/// independent). Each bucket's nodes are those [`streamed`] computes for
+/// it, their detail ids names of `source.details()`. Only for a dataset
+/// where no task has two hosts (`Dataset::host_conflicts == 0`).
+pub fn sweep_share<S: BucketSource>(
+    ds: &Dataset,
+    source: &S,
+    victim: Explained<'_>,
+    windows: &Windows,
+    mode: Attribution,
+    buckets: &[usize],
+) -> Result<Vec<BucketNodes>, S::Error> {
+    let mut share = vec![false; source.buckets()];
+    for &b in buckets {
+        match share.get_mut(b) {
+            Some(s) => *s = true,
+            None => {
+                return Err(MethodError::Internal(format!(
+                    "host bucket {b} asked for, the store has {}",
+                    source.buckets()
+                ))
+                .into())
+            }
+        }
+    }
+    let chunks = bucket_jobs(ds, source, victim, windows, mode, Some(&share))?;
+    Ok(chunks
+        .into_iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(j, _)| share[j - 1])
+        .map(|(j, nodes)| BucketNodes::of(j - 1, nodes))
+        .collect())
+}
+
+/// Host buckets swept elsewhere (the workers of a cluster): the
+/// coordinator's side of [`sweep_share`].
+pub trait Shards: Sync {
+    type Error: From<MethodError> + Send;
+    /// The number of host buckets.
+    fn buckets(&self) -> usize;
+    /// The bucket whose files hold `host`'s rows.
+    fn bucket_of(&self, host: u32) -> usize;
+    /// Sweeps `buckets` for `victim` elsewhere: each bucket's nodes (in
+    /// any order), their detail ids names of the interner returned.
+    fn sweep(
+        &self,
+        buckets: &[usize],
+        victim: Explained<'_>,
+        windows: &Windows,
+        mode: Attribution,
+    ) -> Result<(Vec<BucketNodes>, Interner), Self::Error>;
+}
+
+/// The sweeps of [`streamed`] with the host buckets swept by `shards` and
+/// the slot sweep here, at the same time; the same [`Level4`]s, in the same
+/// order. Only for a dataset where no task has two hosts.
+pub(crate) fn sharded<S: Shards>(
+    ds: &Dataset,
+    shards: &S,
+    victim: Explained<'_>,
+    windows: &Windows,
+    mode: Attribution,
+) -> Result<Vec<Level4>, S::Error> {
+    if ds.host_conflicts != 0 {
+        return Err(MethodError::Internal(
+            "a store where a task has two hosts cannot be swept in shards".into(),
+        )
+        .into());
+    }
+    let n = shards.buckets();
+    let hosts = victim_hosts(ds, victim, n, |h| shards.bucket_of(h));
+    let asked: Vec<usize> = (0..n).filter(|&b| !hosts[b].is_empty()).collect();
+    // Both on threads of their own: the shards' caller may block on I/O,
+    // which a thread driving async tasks must not.
+    let (slots, remote) = std::thread::scope(|scope| {
+        let slots = scope.spawn(|| slot_entries(ds, victim, windows, mode));
+        let remote = scope.spawn(|| {
+            if asked.is_empty() {
+                Ok((Vec::new(), ds.details.clone()))
+            } else {
+                shards.sweep(&asked, victim, windows, mode)
+            }
+        });
+        (slots.join(), remote.join())
+    });
+    let panicked = |what: &str| MethodError::Internal(format!("the {what} thread panicked"));
+    let slots = slots.map_err(|_| panicked("slot sweep's"))??;
+    let (parts, details) = remote.map_err(|_| panicked("shards'"))??;
+    let mut chunks: Vec<Nodes> = Vec::with_capacity(n + 1);
+    chunks.push(slots);
+    chunks.resize_with(n + 1, Nodes::default);
+    let mut answered = vec![false; n];
+    for part in parts {
+        let b = part.bucket;
+        if b >= n || hosts[b].is_empty() || answered[b] {
+            return Err(MethodError::Internal(format!(
+                "a shard answered for host bucket {b}, which was not asked for or answered twice"
+            ))
+            .into());
+        }
+        answered[b] = true;
+        chunks[b + 1] = part.into_nodes();
+    }
+    if let Some(b) = asked.iter().find(|&&b| !answered[b]) {
+        return Err(MethodError::Internal(format!("no shard answered for host bucket {b}")).into());
+    }
+    Ok(by_window(chunks, windows, Some(details)))
 }
 
 #[cfg(test)]

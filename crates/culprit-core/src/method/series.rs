@@ -75,6 +75,23 @@ impl Windows {
         Ok(Windows { bounds })
     }
 
+    /// The windows' bounds: window `k` is `[bounds[k], bounds[k + 1])`.
+    pub fn bounds(&self) -> &[Micros] {
+        &self.bounds
+    }
+
+    /// The windows of `bounds` (as [`Windows::bounds`] gives them): at
+    /// least two, none smaller than the one before.
+    pub fn from_bounds(bounds: Vec<Micros>) -> Result<Windows, MethodError> {
+        if bounds.len() < 2 || bounds.windows(2).any(|b| b[1] < b[0]) {
+            return Err(MethodError::Internal(format!(
+                "windows need at least two non-decreasing bounds, got {} of them",
+                bounds.len()
+            )));
+        }
+        Ok(Windows { bounds })
+    }
+
     /// How many windows.
     pub fn len(&self) -> usize {
         self.bounds.len() - 1

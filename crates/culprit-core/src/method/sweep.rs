@@ -66,6 +66,16 @@ impl<'a> Explained<'a> {
         Explained { stages, tasks }
     }
 
+    /// The stages marked, by stage id.
+    pub fn stage_mask(&self) -> &'a [bool] {
+        self.stages
+    }
+
+    /// The tasks marked, by task id, when only some tasks are.
+    pub fn task_mask(&self) -> Option<&'a [bool]> {
+        self.tasks
+    }
+
     /// Is stage `s` (some of its tasks) explained?
     pub fn stage(&self, s: u32) -> bool {
         self.stages[s as usize]
