@@ -18,6 +18,8 @@ struct WorkerProcess {
     child: Child,
     addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
+    /// Serves TLS (`--tls-cert`): named `https://ADDR`.
+    tls: bool,
 }
 
 impl Drop for WorkerProcess {
@@ -51,11 +53,14 @@ fn start_worker_with(port: u16, store: &str, listen: &str, args: &[&str]) -> Wor
         .stdout(Stdio::null())
         .spawn()
         .expect("culprit worker starts");
-    let (addr, stderr) = wait_listening(&mut child, "culprit worker", " on http://");
+    let tls = args.contains(&"--tls-cert");
+    let marker = if tls { " on https://" } else { " on http://" };
+    let (addr, stderr) = wait_listening(&mut child, "culprit worker", marker);
     WorkerProcess {
         child,
         addr,
         stderr,
+        tls,
     }
 }
 
@@ -274,7 +279,7 @@ fn coordinator_with(
 ) -> ServeProcess {
     let list = workers
         .iter()
-        .map(|w| w.addr.to_string())
+        .map(|w| format!("{}://{}", if w.tls { "https" } else { "http" }, w.addr))
         .collect::<Vec<_>>()
         .join(",");
     let env = s3::env(port);
@@ -640,4 +645,152 @@ async fn a_worker_with_a_secret_refuses_plans_without_it() {
         err.contains("short") && err.contains("at least 16"),
         "{err}"
     );
+}
+
+/// A CA and a certificate it signed for 127.0.0.1 (the test's own, by
+/// openssl): (CA certificate, certificate, key).
+fn certificates(dir: &std::path::Path) -> (String, String, String) {
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let (ca, ca_key, cert, key, csr, ext) = (
+        p("ca.crt"),
+        p("ca.key"),
+        p("worker.crt"),
+        p("worker.key"),
+        p("worker.csr"),
+        p("worker.ext"),
+    );
+    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl is needed to make test certificates");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=culprit test CA",
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca,
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &ext,
+        "-out",
+        &cert,
+    ]);
+    (ca, cert, key)
+}
+
+/// Workers serving TLS: a coordinator holding their CA runs plain SQL and
+/// an analysis's sweeps on them over TLS with the single process's answers;
+/// one without it cannot use them (58000), and `https://` workers without
+/// a CA are refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_over_tls() {
+    let (s3, tmp, store) = cluster_store(TASKS);
+    let (ca, cert, key) = certificates(tmp.path());
+    let tls = [
+        "--tls-cert",
+        cert.as_str(),
+        "--tls-key",
+        key.as_str(),
+        "--worker-ca",
+        ca.as_str(),
+    ];
+    let w1 = start_worker_with(s3.port, &store, "127.0.0.1:0", &tls);
+    let w2 = start_worker_with(s3.port, &store, "127.0.0.1:0", &tls);
+    let streamed = ["--window-cache-rows", "0"];
+    let one = single_with(s3.port, &store, &streamed);
+    let a = connect(one.addr).await;
+    let coord = coordinator_with(
+        s3.port,
+        &store,
+        &[&w1, &w2],
+        &["--worker-ca", &ca, "--window-cache-rows", "0"],
+    );
+    let b = connect(coord.addr).await;
+    let sql = PLAIN[1];
+    let distributed = plan(&b, sql).await;
+    assert!(
+        distributed.contains("DistributedExec")
+            && !distributed.contains("remote_coordinator_channels=0"),
+        "not run on the workers:\n{distributed}"
+    );
+    assert_same(
+        sql,
+        &rows(&a, sql).await.unwrap(),
+        &rows(&b, sql).await.unwrap(),
+    );
+    let sql = SHARDED[0];
+    let (mut expected, mut got) = (rows(&a, sql).await.unwrap(), rows(&b, sql).await.unwrap());
+    expected.sort();
+    got.sort();
+    assert_same(sql, &expected, &got);
+    for (name, w) in [("worker 1", &w1), ("worker 2", &w2)] {
+        let log = w.stderr.lock().unwrap().clone();
+        assert!(log.contains("swept a share of"), "{name}:\n{log}");
+    }
+    // Plain HTTP/2 to a TLS worker: the query fails, naming a worker.
+    let env = s3::env(s3.port);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let list = format!("http://{},http://{}", w1.addr, w2.addr);
+    let no_tls = serve_process_with(
+        &store,
+        &["--workers", &list, "--worker-task-bytes", "1"],
+        &env,
+    );
+    let e = rows(&connect(no_tls.addr).await, PLAIN[1])
+        .await
+        .expect_err("a TLS worker reached without TLS");
+    let db = e.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "58000", "{db:?}");
+    // https:// workers without --worker-ca: refused at start.
+    let list = format!("https://{},https://{}", w1.addr, w2.addr);
+    let out = culprit()
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--workers", &list])
+        .envs(s3::env(s3.port))
+        .env_remove("CULPRIT_WORKER_CA")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--worker-ca"), "{err}");
 }

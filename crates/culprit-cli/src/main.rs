@@ -119,6 +119,10 @@ struct ClusterArgs {
     /// with every plan (the file their --cluster-secret-file names).
     #[arg(long, env = "CULPRIT_CLUSTER_SECRET_FILE")]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// The CA certificate (PEM) the workers' TLS certificates are checked
+    /// against: the workers are then reached over TLS (https:// URLs).
+    #[arg(long, env = "CULPRIT_WORKER_CA")]
+    worker_ca: Option<std::path::PathBuf>,
 }
 
 impl ClusterArgs {
@@ -141,12 +145,19 @@ impl ClusterArgs {
             urls,
             usize::try_from(self.worker_task_bytes).unwrap_or(usize::MAX),
         )?;
-        Ok(Some(
-            match cluster_secret(self.cluster_secret_file.as_deref())? {
-                Some(secret) => cluster.with_secret(secret),
-                None => cluster,
-            },
-        ))
+        let mut cluster = match cluster_secret(self.cluster_secret_file.as_deref())? {
+            Some(secret) => cluster.with_secret(secret),
+            None => cluster,
+        };
+        if let Some(path) = &self.worker_ca {
+            let ca =
+                std::fs::read(path).map_err(|e| format!("--worker-ca {}: {e}", path.display()))?;
+            cluster = cluster
+                .with_tls(ca)
+                .map_err(|e| format!("--worker-ca {}: {e}", path.display()))?;
+        }
+        cluster.check_schemes()?;
+        Ok(Some(cluster))
     }
 }
 
@@ -397,8 +408,8 @@ enum Command {
     Worker {
         #[command(flatten)]
         store: StoreArg,
-        /// Address of its gRPC service (port 0: any free port). Its traffic is not
-        /// encrypted: listen on a private network only.
+        /// Address of its gRPC service (port 0: any free port). Without --tls-cert
+        /// its traffic is not encrypted: listen on a private network only.
         #[arg(long, env = "CULPRIT_WORKER_LISTEN", default_value = "127.0.0.1:5434")]
         listen: String,
         /// A file holding the cluster's shared secret (at least 16 printable
@@ -406,6 +417,18 @@ enum Command {
         /// coordinator the same file.
         #[arg(long, env = "CULPRIT_CLUSTER_SECRET_FILE")]
         cluster_secret_file: Option<std::path::PathBuf>,
+        /// Serve TLS with this certificate (PEM, signed by --worker-ca; with
+        /// --tls-key): the coordinator then names the worker https://HOST:PORT.
+        #[arg(long, env = "CULPRIT_WORKER_TLS_CERT", requires_all = ["tls_key", "worker_ca"])]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The private key (PEM) of --tls-cert.
+        #[arg(long, env = "CULPRIT_WORKER_TLS_KEY", requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
+        /// The CA certificate (PEM) that signed the workers' certificates:
+        /// other workers' are checked against it when this one reads their
+        /// part of a query.
+        #[arg(long, env = "CULPRIT_WORKER_CA", requires = "tls_cert")]
+        worker_ca: Option<std::path::PathBuf>,
     },
     /// Manage the users file of `culprit serve --users`.
     User {
@@ -733,10 +756,28 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             store,
             listen,
             cluster_secret_file,
+            tls_cert,
+            tls_key,
+            worker_ca,
         } => {
             let store = Store::open(&store.store)?;
             let secret = cluster_secret(cluster_secret_file.as_deref())?;
-            worker(store, secret, &listen).await?;
+            let read = |flag: &str, p: &std::path::Path| {
+                std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+            };
+            let tls = match (&tls_cert, &tls_key) {
+                (Some(cert), Some(key)) => {
+                    let cert_pem = read("--tls-cert", cert)?;
+                    let ca = worker_ca.as_deref().ok_or("--tls-cert needs --worker-ca")?;
+                    Some(culprit_sql::cluster::WorkerTls {
+                        key: read("--tls-key", key)?,
+                        ca: read("--worker-ca", ca)?,
+                        cert: cert_pem,
+                    })
+                }
+                _ => None,
+            };
+            worker(store, secret, tls, &listen).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate {
@@ -988,6 +1029,7 @@ fn cluster_secret(
 async fn worker(
     store: Store,
     secret: Option<culprit_sql::cluster::Secret>,
+    tls: Option<culprit_sql::cluster::WorkerTls>,
     listen: &str,
 ) -> Result<(), BoxError> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -999,8 +1041,9 @@ async fn worker(
             "warning: no --cluster-secret-file: this worker runs the plans of anyone who reaches {addr}"
         );
     }
-    eprintln!("culprit worker of {store} on http://{addr} (Ctrl-C to stop)");
-    culprit_sql::cluster::serve_worker(&store, secret, listener, async {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    eprintln!("culprit worker of {store} on {scheme}://{addr} (Ctrl-C to stop)");
+    culprit_sql::cluster::serve_worker(&store, secret, tls, listener, async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("shutting down");
     })

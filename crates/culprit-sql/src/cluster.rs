@@ -13,6 +13,11 @@
 //! the same confined, read-only object store as a coordinator's
 //! (`sandbox.rs`), so a shipped Parquet scan reads the same bytes.
 //!
+//! Between them: the cluster's [`Secret`] in every plan's metadata, and
+//! TLS ([`Cluster::with_tls`], [`WorkerTls`]) when the workers have
+//! certificates; the engine's default channels speak plain HTTP/2, so TLS
+//! channels are made here ([`TlsChannels`]).
+//!
 //! A worker that cannot be reached, or that fails while it streams, makes
 //! the query fail with a [`WorkerUnavailable`] naming it (the engine's own
 //! words are kept in the message): never a partial answer. It is left out
@@ -63,6 +68,8 @@ pub const DEFAULT_BYTES_PER_TASK: usize = 16 * 1024 * 1024;
 pub struct Cluster {
     workers: Arc<Workers>,
     bytes_per_task: usize,
+    /// The CA the workers' certificates are checked against (TLS).
+    ca: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for Cluster {
@@ -81,6 +88,73 @@ struct Workers {
     channels: DefaultChannelResolver,
     /// The cluster's shared secret, sent with every plan ([`SECRET_HEADER`]).
     secret: Option<Secret>,
+    /// TLS to the workers (`https://` URLs), when configured.
+    tls: Option<TlsChannels>,
+}
+
+/// Connections to workers over TLS, checked against a CA certificate (the
+/// engine's default resolver speaks plain HTTP/2 only); one channel per
+/// worker, kept for the next plans (a tonic channel reconnects by itself).
+struct TlsChannels {
+    config: tonic::transport::ClientTlsConfig,
+    cache: Mutex<std::collections::HashMap<Url, tonic::transport::Channel>>,
+}
+
+impl TlsChannels {
+    fn new(ca_pem: &[u8]) -> TlsChannels {
+        TlsChannels {
+            config: tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem)),
+            cache: Mutex::new(Default::default()),
+        }
+    }
+
+    async fn client(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        let cached = self.cache.lock().expect("cache").get(url).cloned();
+        let channel = match cached {
+            Some(c) => c,
+            None => {
+                let err = |e: tonic::transport::Error| DataFusionError::External(Box::new(e));
+                let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+                    .map_err(err)?
+                    .tls_config(self.config.clone())
+                    .map_err(err)?
+                    .connect()
+                    .await
+                    .map_err(err)?;
+                self.cache
+                    .lock()
+                    .expect("cache")
+                    .insert(url.clone(), channel.clone());
+                channel
+            }
+        };
+        Ok(datafusion_distributed::grpc::create_worker_client(
+            datafusion_distributed::grpc::BoxCloneSyncChannel::new(channel),
+        ))
+    }
+}
+
+/// A worker's TLS: its certificate and key (PEM), and the CA (PEM) its
+/// connections to other workers are checked against.
+#[derive(Clone)]
+pub struct WorkerTls {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    pub ca: Vec<u8>,
+}
+
+impl Workers {
+    fn new(urls: Vec<Url>, secret: Option<Secret>, ca: Option<&[u8]>) -> Workers {
+        let n = urls.len();
+        Workers {
+            urls,
+            failed: Mutex::new(vec![None; n]),
+            channels: DefaultChannelResolver::default(),
+            secret,
+            tls: ca.map(TlsChannels::new),
+        }
+    }
 }
 
 /// What a worker says when a plan does not present its secret.
@@ -153,30 +227,55 @@ impl Cluster {
                 "a cluster needs at least one worker".into(),
             ));
         }
-        let n = urls.len();
         Ok(Cluster {
-            workers: Arc::new(Workers {
-                urls,
-                failed: Mutex::new(vec![None; n]),
-                channels: DefaultChannelResolver::default(),
-                secret: None,
-            }),
+            workers: Arc::new(Workers::new(urls, None, None)),
             bytes_per_task: bytes_per_task.max(1),
+            ca: None,
         })
     }
 
     /// The same cluster, presenting `secret` to its workers.
     pub fn with_secret(self, secret: Secret) -> Cluster {
-        let w = &self.workers;
+        let urls = self.workers.urls.clone();
         Cluster {
-            workers: Arc::new(Workers {
-                urls: w.urls.clone(),
-                failed: Mutex::new(vec![None; w.urls.len()]),
-                channels: DefaultChannelResolver::default(),
-                secret: Some(secret),
-            }),
-            bytes_per_task: self.bytes_per_task,
+            workers: Arc::new(Workers::new(urls, Some(secret), self.ca.as_deref())),
+            ..self
         }
+    }
+
+    /// The same cluster, reaching its workers over TLS, their certificates
+    /// checked against `ca_pem` (PEM); see [`Cluster::check_schemes`].
+    pub fn with_tls(self, ca_pem: Vec<u8>) -> Result<Cluster> {
+        if !ca_pem.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(DataFusionError::Configuration(
+                "the workers' CA is not a PEM certificate".into(),
+            ));
+        }
+        let urls = self.workers.urls.clone();
+        let secret = self.workers.secret.clone();
+        Ok(Cluster {
+            workers: Arc::new(Workers::new(urls, secret, Some(&ca_pem))),
+            ca: Some(ca_pem),
+            ..self
+        })
+    }
+
+    /// Checks that the workers' URLs and the TLS configuration agree:
+    /// `https://` workers with a CA, `http://` ones without.
+    pub fn check_schemes(&self) -> Result<()> {
+        let tls = self.ca.is_some();
+        for u in &self.workers.urls {
+            match (u.scheme(), tls) {
+                ("https", false) => return Err(DataFusionError::Configuration(format!(
+                    "worker {u}: an https:// worker needs the CA of its certificate (--worker-ca)"
+                ))),
+                ("http", true) => return Err(DataFusionError::Configuration(format!(
+                    "worker {u}: with --worker-ca the workers are reached over TLS: write https://"
+                ))),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The workers' URLs.
@@ -430,7 +529,11 @@ struct Channels(Arc<Workers>);
 #[async_trait]
 impl ChannelResolver for Channels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        match self.0.channels.get_worker_client_for_url(url).await {
+        let client = match &self.0.tls {
+            Some(tls) => tls.client(url).await,
+            None => self.0.channels.get_worker_client_for_url(url).await,
+        };
+        match client {
             Ok(inner) => Ok(Box::new(Named {
                 inner,
                 url: url.clone(),
@@ -438,14 +541,31 @@ impl ChannelResolver for Channels {
             })),
             Err(e) => {
                 self.0.mark_failed(url);
-                log::warn!("worker {url} unreachable: {e}");
+                // The whole chain: a TLS failure says why only in a source.
+                let detail = causes(&e);
+                log::warn!("worker {url} unreachable: {detail}");
                 Err(DataFusionError::External(Box::new(WorkerUnavailable {
                     url: url.to_string(),
-                    detail: e.to_string(),
+                    detail,
                 })))
             }
         }
     }
+}
+
+/// An error and its sources, joined by ": " (each once).
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = c.source();
+    }
+    out
 }
 
 /// One worker's client, its errors named.
@@ -513,16 +633,11 @@ impl WorkerChannel for Named {
 /// the same confined, read-only object store as a coordinator's. With a
 /// `secret`, a plan that does not present it is refused, and the worker
 /// presents it to the other workers it reads.
-pub fn worker(store: &Store, secret: Option<Secret>) -> Result<Worker> {
+pub fn worker(store: &Store, secret: Option<Secret>, ca: Option<&[u8]>) -> Result<Worker> {
     let runtime: Arc<RuntimeEnv> = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(crate::sandbox::StoreOnlyRegistry::new(store)))
         .build_arc()?;
-    let workers = Arc::new(Workers {
-        urls: Vec::new(),
-        failed: Mutex::new(Vec::new()),
-        channels: DefaultChannelResolver::default(),
-        secret: secret.clone(),
-    });
+    let workers = Arc::new(Workers::new(Vec::new(), secret.clone(), ca));
     // The engine the worker sweeps analyses' shares with (`shards.rs`):
     // its snapshot of a store version is kept for the next share.
     let engine = Arc::new(crate::shards::WorkerEngine(Arc::new(
@@ -576,10 +691,11 @@ pub fn worker(store: &Store, secret: Option<Secret>) -> Result<Worker> {
 pub async fn serve_worker(
     store: &Store,
     secret: Option<Secret>,
+    tls: Option<WorkerTls>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let worker = worker(store, secret)?;
+    let worker = worker(store, secret, tls.as_ref().map(|t| t.ca.as_slice()))?;
     let incoming = futures::stream::unfold(listener, |listener| async move {
         let accepted = listener
             .accept()
@@ -590,7 +706,14 @@ pub async fn serve_worker(
             });
         Some((accepted, listener))
     });
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &tls {
+        server = server.tls_config(
+            tonic::transport::ServerTlsConfig::new()
+                .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key)),
+        )?;
+    }
+    server
         .add_service(worker.into_worker_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
