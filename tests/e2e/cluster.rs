@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{culprit, serve_process_with, wait_listening, ServeProcess};
+use crate::common::{culprit, openssl, serve_process_with, wait_listening, ServeProcess};
 use crate::s3;
 
 /// A `culprit worker` process; killed when dropped.
@@ -660,32 +660,11 @@ fn certificates(dir: &std::path::Path) -> (String, String, String) {
         p("worker.ext"),
     );
     std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl is needed to make test certificates");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
+    crate::common::self_signed_pem(
+        std::path::Path::new(&ca),
+        std::path::Path::new(&ca_key),
         "/CN=culprit test CA",
-        "-keyout",
-        &ca_key,
-        "-out",
-        &ca,
-    ]);
+    );
     openssl(&[
         "req",
         "-newkey",

@@ -289,6 +289,40 @@ pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> 
     }
 }
 
+/// Runs `openssl ARGS` (test certificates are the tests' own), failing
+/// the test with what it said if it fails.
+pub fn openssl(args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl is needed to make test certificates");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A self-signed certificate with `subject` (e.g. `/CN=localhost`) and
+/// its key, written to `cert` and `key` (PEM).
+pub fn self_signed_pem(cert: &Path, key: &Path, subject: &str) {
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        subject,
+        "-keyout",
+        key.to_str().unwrap(),
+        "-out",
+        cert.to_str().unwrap(),
+    ]);
+}
+
 /// Reads a started process's stderr (piped) until a line holds `marker`
 /// followed by the address it listens on; then keeps collecting the rest
 /// of its stderr on a thread. Panics with what it said if it ends first.

@@ -109,29 +109,7 @@ async fn no_auth_is_loopback_only_and_read_only() {
 
 fn self_signed(dir: &Path) -> TlsFiles {
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is needed to make a test certificate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::self_signed_pem(&cert, &key, "/CN=localhost");
     TlsFiles { cert, key }
 }
 

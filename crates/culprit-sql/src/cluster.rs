@@ -266,12 +266,16 @@ impl Cluster {
         let tls = self.ca.is_some();
         for u in &self.workers.urls {
             match (u.scheme(), tls) {
-                ("https", false) => return Err(DataFusionError::Configuration(format!(
+                ("https", false) => {
+                    return Err(DataFusionError::Configuration(format!(
                     "worker {u}: an https:// worker needs the CA of its certificate (--worker-ca)"
-                ))),
-                ("http", true) => return Err(DataFusionError::Configuration(format!(
+                )))
+                }
+                ("http", true) => {
+                    return Err(DataFusionError::Configuration(format!(
                     "worker {u}: with --worker-ca the workers are reached over TLS: write https://"
-                ))),
+                )))
+                }
                 _ => {}
             }
         }
