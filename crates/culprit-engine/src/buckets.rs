@@ -64,6 +64,11 @@ impl StoreBuckets {
         self.files.len()
     }
 
+    /// How many `task_windows` files have no bucket (older stores).
+    pub fn loose_files(&self) -> usize {
+        self.loose.len()
+    }
+
     /// The bucket of host `host` of the dataset.
     pub fn bucket_of(&self, host: u32) -> usize {
         self.host_bucket[host as usize]

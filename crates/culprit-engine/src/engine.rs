@@ -108,20 +108,8 @@ impl Engine {
             }
         }
         let manifest = self.store.manifest_at(version).await?;
-        let ds = Arc::new(self.read(&manifest, false).await?);
-        let snapshot = Snapshot {
-            buckets: Some(Arc::new(StoreBuckets::new(
-                self.store.clone(),
-                manifest.clone(),
-                &ds,
-                HOST_BUCKETS as usize,
-            ))),
-            ds,
-            source: Arc::new((self.store.clone(), manifest.clone())),
-            sweeper: None,
-        };
+        let snapshot = self.load(manifest, false).await?;
         *cache = Some((version, snapshot.clone()));
-        self.hold_cache(&manifest, false);
         Ok(snapshot)
     }
 
@@ -166,23 +154,8 @@ impl Engine {
             Some((v, snapshot)) if *v == manifest.version => snapshot.clone(),
             _ => {
                 let whole = manifest.rows_of(Table::TaskWindows) <= self.window_cache_rows;
-                let ds = Arc::new(self.read(&manifest, whole).await?);
-                let buckets = (!whole).then(|| {
-                    Arc::new(StoreBuckets::new(
-                        self.store.clone(),
-                        manifest.clone(),
-                        &ds,
-                        HOST_BUCKETS as usize,
-                    ))
-                });
-                let snapshot = Snapshot {
-                    sweeper: buckets.as_ref().and(self.sweeper.clone()),
-                    ds,
-                    buckets,
-                    source: Arc::new((self.store.clone(), manifest.clone())),
-                };
+                let snapshot = self.load(manifest.clone(), whole).await?;
                 *cache = Some((manifest.version, snapshot.clone()));
-                self.hold_cache(&manifest, whole);
                 snapshot
             }
         };
@@ -196,6 +169,28 @@ impl Engine {
             });
         }
         Ok(snapshot)
+    }
+
+    /// The snapshot of `manifest`: its window rows in memory if `whole`,
+    /// else read from the store bucket by bucket (by the engine's
+    /// [`Sweeper`] when it has one); counted in the budget as the cache.
+    async fn load(&self, manifest: Manifest, whole: bool) -> Result<Snapshot, Error> {
+        let ds = Arc::new(self.read(&manifest, whole).await?);
+        let buckets = (!whole).then(|| {
+            Arc::new(StoreBuckets::new(
+                self.store.clone(),
+                manifest.clone(),
+                &ds,
+                HOST_BUCKETS as usize,
+            ))
+        });
+        self.hold_cache(&manifest, whole);
+        Ok(Snapshot {
+            sweeper: buckets.as_ref().and(self.sweeper.clone()),
+            ds,
+            buckets,
+            source: Arc::new((self.store.clone(), manifest)),
+        })
     }
 
     /// Counts the cache of `manifest` in the budget, in place of the last.

@@ -285,6 +285,18 @@ impl Snapshot {
         encode(parts, &details)
     }
 
+    /// How many buckets a worker should sweep at a time (one sweep of
+    /// [`Snapshot::sweep_share`] each): `per_core` on a store whose window
+    /// files all have a bucket, so it holds the nodes of a few buckets at
+    /// once; all of `share` when some files have none, since every sweep
+    /// reads those files again.
+    pub fn buckets_at_a_time(&self, share: usize, per_core: usize) -> usize {
+        match &self.buckets {
+            Some(b) if b.loose_files() > 0 => share.max(1),
+            _ => per_core.max(1),
+        }
+    }
+
     /// Whether this snapshot's analyses are swept by a cluster's workers:
     /// its window rows are in the store, the engine has a [`Sweeper`] with
     /// two workers up or more, and no task has two hosts (each bucket's
@@ -425,6 +437,7 @@ impl Shards for Sharded<'_> {
 /// wrong answer).
 struct Decoder<'a> {
     snapshot: &'a Snapshot,
+    schema: SchemaRef,
     windows: usize,
     details: Interner,
     parts: Vec<BucketNodes>,
@@ -436,6 +449,7 @@ impl<'a> Decoder<'a> {
     fn new(snapshot: &'a Snapshot, windows: usize) -> Decoder<'a> {
         Decoder {
             snapshot,
+            schema: share_schema(),
             windows,
             details: snapshot.ds.details.clone(),
             parts: Vec::new(),
@@ -449,7 +463,7 @@ impl<'a> Decoder<'a> {
         let ds = &snapshot.ds;
         let windows = self.windows;
         let wrong = |what: &str| Error::Internal(format!("a worker's share has {what}"));
-        if batch.schema().fields() != share_schema().fields() {
+        if batch.schema().fields() != self.schema.fields() {
             return Err(wrong("rows of another schema"));
         }
         let col = |i: usize| batch.column(i);

@@ -247,11 +247,7 @@ impl ExecutionPlan for SweepExec {
             .session_config()
             .get_extension::<WorkerEngine>()
             .map(|e| e.0.clone());
-        // The share's buckets are swept a few at a time (one per core) and
-        // their rows sent before the next are swept, so a worker holds the
-        // level-4 nodes of a few buckets, not of its whole share.
-        let per = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let chunks: Vec<Vec<u32>> = share.chunks(per).map(|c| c.to_vec()).collect();
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let rows = futures::stream::once(async move {
             let snapshot = match (local, engine) {
                 (Some(s), _) => s,
@@ -265,6 +261,12 @@ impl ExecutionPlan for SweepExec {
                     ))
                 }
             };
+            // The share's buckets are swept a few at a time (one per core)
+            // and their rows sent before the next are swept, so a worker
+            // holds the level-4 nodes of a few buckets, not of its whole
+            // share (`buckets_at_a_time`: at once on an older store).
+            let per = snapshot.buckets_at_a_time(share.len(), cores);
+            let chunks: Vec<Vec<u32>> = share.chunks(per).map(|c| c.to_vec()).collect();
             let job = Arc::new(job);
             Ok(futures::stream::iter(chunks)
                 .then(move |chunk| {
