@@ -546,16 +546,35 @@ async fn prometheus_names_the_cpu_hog_external() {
             )
         })
         .collect();
-    // The writer counts its finished rounds (16 MiB each, fsynced), so
+    // The writer counts its finished rounds (4 MiB each, fsynced), so
     // the bytes it wrote are known from its own arguments.
     let writer_file = dir.join("writer.out");
     let writer_rounds = dir.join("writer.rounds");
+    let rounds_done = || -> f64 {
+        std::fs::read_to_string(&writer_rounds)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    // On a busy machine an fsync can take seconds: the workload starts
+    // once the writer has finished a round, and stops after its second.
+    let wait_rounds = |n: f64| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while rounds_done() < n {
+            assert!(
+                Instant::now() < deadline,
+                "the disk writer finished {} rounds of 4 MiB in 120 s, not {n}",
+                rounds_done()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
     let writer = spawn(
         "disk writer",
         Command::new("sh").args([
             "-c",
             &format!(
-                "n=0; while :; do dd if=/dev/zero of={} bs=1M count=16 conv=fsync status=none; n=$((n+1)); echo $n > {}; done",
+                "n=0; while :; do dd if=/dev/zero of={} bs=1M count=4 conv=fsync status=none; n=$((n+1)); echo $n > {}; done",
                 writer_file.display(),
                 writer_rounds.display()
             ),
@@ -564,6 +583,7 @@ async fn prometheus_names_the_cpu_hog_external() {
     );
     let hog_cpu0: f64 = hogs.iter().map(|h| process_cpu(h.child.id())).sum();
     std::thread::sleep(Duration::from_millis(1500));
+    wait_rounds(1.0);
 
     // The workload: q-other's task, then q-victim's two, overlapping.
     let work = dir.to_path_buf();
@@ -582,14 +602,12 @@ async fn prometheus_names_the_cpu_hog_external() {
     let mut tasks: Vec<Task> = victims.into_iter().map(|h| h.join().unwrap()).collect();
     tasks.push(other.join().unwrap());
     std::thread::sleep(Duration::from_millis(1000));
+    wait_rounds(2.0);
     let hog_cpu: f64 = hogs.iter().map(|h| process_cpu(h.child.id())).sum::<f64>() - hog_cpu0;
     drop(hogs);
     drop(writer);
-    let rounds: f64 = std::fs::read_to_string(&writer_rounds)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0.0);
-    let writer_bytes = rounds * 16.0 * 1024.0 * 1024.0;
+    let rounds = rounds_done();
+    let writer_bytes = rounds * 4.0 * 1024.0 * 1024.0;
     let end = now_us();
     // The samples after the end are scraped and stored.
     std::thread::sleep(Duration::from_secs(4));
@@ -716,7 +734,7 @@ async fn prometheus_names_the_cpu_hog_external() {
     let workload_written: f64 = tasks.iter().map(|t| t.output_bytes).sum();
     assert!(
         rounds >= 2.0,
-        "the disk writer finished {rounds} rounds of 16 MiB"
+        "the disk writer finished {rounds} rounds of 4 MiB"
     );
     assert!(
         measured_written - workload_written >= 0.8 * writer_bytes,
