@@ -214,6 +214,7 @@ impl Engine {
         };
         // Tasks first: window rows name them. Batches are folded in as they
         // stream, so memory holds the dataset plus a few batches.
+        ds.reserve_tasks(manifest.rows_of(Table::Tasks) as usize);
         let mut tasks = self.store.scan_table(manifest, Table::Tasks, None);
         while let Some(b) = tasks.try_next().await? {
             ds.add_tasks(&b);

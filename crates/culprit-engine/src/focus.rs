@@ -247,6 +247,7 @@ impl Engine {
             }
             region = Some(u);
         }
+        ds.reserve_tasks(tasks.iter().map(|b| b.num_rows()).sum());
         for b in &tasks {
             ds.add_tasks(b);
         }

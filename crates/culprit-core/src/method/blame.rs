@@ -5,7 +5,7 @@
 //! is computed from the result, in `responsibility.rs`, `graph.rs` and
 //! `usecases.rs`.
 
-use super::level4::Level4;
+use super::level4::{Entry, Level4};
 use super::model::Dataset;
 use super::schedule::{self, BucketSource, Shards};
 use super::series::Windows;
@@ -78,6 +78,25 @@ pub fn blame_series_sharded<S: Shards>(
     })
 }
 
+/// [`pass_on`] of the entries of `chunks` that `keep` keeps, chunk by
+/// chunk, each dropped once passed on: memory holds a large analysis's
+/// level 4 about once, not twice (its entries, in the same order).
+fn pass_on_chunks(
+    chunks: Vec<Vec<Entry>>,
+    rho: &Rho,
+    keep: impl Fn(&Entry) -> bool,
+) -> Vec<Vec<Entry>> {
+    chunks
+        .into_iter()
+        .map(|chunk| {
+            let mut kept = pass_on(chunk.iter().filter(|e| keep(e)), rho);
+            kept.shrink_to_fit();
+            kept
+        })
+        .filter(|kept| !kept.is_empty())
+        .collect()
+}
+
 /// The analysis with the sweeps done by `sweeps(explained stages, windows,
 /// mode)`.
 fn blame_by<E: From<MethodError>>(
@@ -114,10 +133,9 @@ fn blame_by<E: From<MethodError>>(
                 .enumerate()
                 .map(|(w, entries)| {
                     let rho = Rho::of(entries.iter(), &run, w as u32);
-                    let of_victims = entries.iter().filter(|e| victims.stages[e.stage as usize]);
-                    let kept = pass_on(of_victims, &rho);
-                    let (_, details) = entries.into_parts();
-                    Level4::from_chunks(vec![kept], details)
+                    let (chunks, details) = entries.into_parts();
+                    let kept = pass_on_chunks(chunks, &rho, |e| victims.stages[e.stage as usize]);
+                    Level4::from_chunks(kept, details)
                 })
                 .collect()
         }
@@ -137,9 +155,9 @@ fn blame_by<E: From<MethodError>>(
                 .zip(last)
                 .enumerate()
                 .map(|(w, (h, entries))| {
-                    let kept = pass_on(entries.iter(), &Rho::of(h.iter(), &run, w as u32));
-                    let (_, details) = entries.into_parts();
-                    Level4::from_chunks(vec![kept], details)
+                    let rho = Rho::of(h.iter(), &run, w as u32);
+                    let (chunks, details) = entries.into_parts();
+                    Level4::from_chunks(pass_on_chunks(chunks, &rho, |_| true), details)
                 })
                 .collect()
         }

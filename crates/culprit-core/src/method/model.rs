@@ -45,6 +45,70 @@ impl Interner {
     }
 }
 
+/// Task ids to task numbers, compact: the ids' text in one string, where
+/// each ends, and a table of task numbers hashed by id. About 30 bytes a
+/// task at 1e7 tasks (ids of about 14 bytes), where a map of owned strings
+/// took about 68 (its slots of 32 bytes, at most half full after it
+/// doubles, and a heap allocation per id). Task `t` is the `t`-th id added.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskIds {
+    text: String,
+    /// Where the id of each task ends in `text`.
+    ends: Vec<usize>,
+    table: hashbrown::HashTable<u32>,
+}
+
+impl TaskIds {
+    fn hash(id: &str) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(id)
+    }
+
+    fn name_in<'a>(text: &'a str, ends: &[usize], t: u32) -> &'a str {
+        let t = t as usize;
+        let start = if t == 0 { 0 } else { ends[t - 1] };
+        &text[start..ends[t]]
+    }
+
+    /// The number of task `id`.
+    pub fn get(&self, id: &str) -> Option<u32> {
+        self.table
+            .find(Self::hash(id), |&t| {
+                Self::name_in(&self.text, &self.ends, t) == id
+            })
+            .copied()
+    }
+
+    /// The id of task `t`.
+    pub fn name(&self, t: u32) -> &str {
+        Self::name_in(&self.text, &self.ends, t)
+    }
+
+    /// Adds `id` (not there yet) as the next task; its number.
+    pub fn push(&mut self, id: &str) -> u32 {
+        let TaskIds { text, ends, table } = self;
+        let t = ends.len() as u32;
+        text.push_str(id);
+        ends.push(text.len());
+        table.insert_unique(Self::hash(id), t, |&u| {
+            Self::hash(Self::name_in(text, ends, u))
+        });
+        t
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Room for `tasks` more, with ids of `bytes` bytes in all.
+    pub fn reserve(&mut self, tasks: usize, bytes: usize) {
+        self.text.reserve(bytes);
+        self.ends.reserve(tasks);
+        let TaskIds { text, ends, table } = self;
+        table.reserve(tasks, |&u| Self::hash(Self::name_in(text, ends, u)));
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StageInfo {
     pub query: u32,
@@ -131,7 +195,7 @@ pub struct Dataset {
     pub stages: Vec<StageInfo>,
     stage_ids: FxHashMap<(u32, String), u32>,
     pub tasks: Vec<TaskInfo>,
-    task_ids: FxHashMap<String, u32>,
+    task_ids: TaskIds,
     /// Window rows per group `host * 6 + resource`.
     pub windows: Vec<Vec<WindowRow>>,
     /// Host rows per group `host * 6 + resource`.
@@ -172,7 +236,7 @@ impl Dataset {
     }
 
     pub fn task(&self, id: &str) -> Option<u32> {
-        self.task_ids.get(id).copied()
+        self.task_ids.get(id)
     }
 
     pub fn stage_query(&self, stage: u32) -> u32 {
@@ -224,8 +288,7 @@ impl Dataset {
         }
         let stage = self.intern_stage(query, stage);
         let host = self.hosts.intern(host);
-        let t = self.tasks.len() as u32;
-        self.task_ids.insert(id.to_string(), t);
+        let t = self.task_ids.push(id);
         self.tasks.push(TaskInfo {
             stage,
             host,
@@ -362,7 +425,9 @@ impl Dataset {
                 .filter(|a| a.is_valid(i))
                 .map_or(0.0, |a| a.value(i))
         };
-        self.task_ids.reserve(batch.num_rows());
+        let offsets = id.value_offsets();
+        let ids_bytes = (offsets[offsets.len() - 1] - offsets[0]) as usize;
+        self.task_ids.reserve(batch.num_rows(), ids_bytes);
         self.tasks.reserve(batch.num_rows());
         // Consecutive rows usually belong to one stage: remember the last.
         let mut last_stage: Option<(usize, u32)> = None;
@@ -371,7 +436,7 @@ impl Dataset {
                 self.skipped_rows += 1;
                 continue;
             };
-            if let Some(&t) = self.task_ids.get(id.value(i)) {
+            if let Some(t) = self.task_ids.get(id.value(i)) {
                 // A duplicate id: the first row stands.
                 self.skipped_rows += 1;
                 if self.hosts.get(h.value(i)) != Some(self.tasks[t as usize].host) {
@@ -385,8 +450,7 @@ impl Dataset {
             };
             last_stage = Some((i, stage));
             let host = self.hosts.intern(h.value(i));
-            let t = self.tasks.len() as u32;
-            self.task_ids.insert(id.value(i).to_string(), t);
+            self.task_ids.push(id.value(i));
             self.tasks.push(TaskInfo {
                 stage,
                 host,
@@ -414,6 +478,18 @@ impl Dataset {
             st.end = Some(st.end.map_or(fin, |x| x.max(fin)));
         }
         self.ensure_groups();
+    }
+
+    /// Reserves room for `tasks` tasks at once (a store's count), so that
+    /// loading does not regrow the task vector and table by doubling.
+    /// At most 2^26 (a count from a damaged manifest must not allocate
+    /// more than the load would; beyond it the vectors grow as rows come).
+    pub fn reserve_tasks(&mut self, tasks: usize) {
+        let tasks = tasks.min(1 << 26);
+        self.tasks
+            .reserve_exact(tasks.saturating_sub(self.tasks.len()));
+        self.task_ids
+            .reserve(tasks.saturating_sub(self.task_ids.len()), 0);
     }
 
     /// Reserves room for `rows` window rows, spread over the groups in
@@ -481,11 +557,9 @@ impl Dataset {
     /// The id of every task, indexed by task number (the inverse of
     /// [`Dataset::task`]).
     pub fn task_names(&self) -> Vec<&str> {
-        let mut out = vec![""; self.tasks.len()];
-        for (name, &t) in &self.task_ids {
-            out[t as usize] = name.as_str();
-        }
-        out
+        (0..self.task_ids.len() as u32)
+            .map(|t| self.task_ids.name(t))
+            .collect()
     }
 
     /// Per host, its tasks.
@@ -681,7 +755,7 @@ impl Dataset {
 }
 
 fn fold(
-    task_ids: &FxHashMap<String, u32>,
+    task_ids: &TaskIds,
     tasks: &[TaskInfo],
     batch: &RecordBatch,
     detail: &mut dyn FnMut(&str) -> u32,
@@ -712,7 +786,7 @@ fn fold(
         let key = id.value(i);
         let task = match last {
             Some((j, t)) if id.value(j) == key => Some(t),
-            _ => task_ids.get(key).copied(),
+            _ => task_ids.get(key),
         };
         let (Some(task), Some(s), Some(e)) = (task, opt_time(&start, i), opt_time(&end, i)) else {
             skipped += 1;
@@ -773,4 +847,44 @@ fn opt_time(
     i: usize,
 ) -> Option<Micros> {
     a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TaskIds;
+    use std::collections::HashMap;
+
+    /// Every id added is found with its number and its name, whatever the
+    /// table's growth; ids never added (prefixes, extensions) are not.
+    #[test]
+    fn task_ids_find_every_id_added_and_no_other() {
+        let mut ids = TaskIds::default();
+        let mut want: HashMap<String, u32> = HashMap::new();
+        ids.reserve(10, 0);
+        for i in 0..100_000u32 {
+            let id = match i % 3 {
+                0 => format!("t{i}"),
+                1 => format!("app-{}/stage-{}/task-{i}", i % 7, i % 11),
+                _ => format!("{i:x}"),
+            };
+            if want.contains_key(&id) {
+                continue;
+            }
+            assert_eq!(ids.get(&id), None, "{id} before it was added");
+            let t = ids.push(&id);
+            assert_eq!(t as usize, want.len());
+            want.insert(id, t);
+        }
+        // The empty id is an id like another.
+        let empty = ids.push("");
+        want.insert(String::new(), empty);
+        assert_eq!(ids.len(), want.len());
+        for (id, &t) in &want {
+            assert_eq!(ids.get(id), Some(t), "{id}");
+            assert_eq!(ids.name(t), id);
+        }
+        for missing in ["t", "t100000", "app-1/stage-1/task-", "zz", "t1 "] {
+            assert_eq!(ids.get(missing), None, "{missing}");
+        }
+    }
 }
