@@ -82,6 +82,8 @@ fn bad_flags_are_refused_with_exit_code_2() {
         (vec!["serve", "--store", "memory://", "--listen", "127.0.0.1:0", "--statement-timeout", "NaN"], &[], "--statement-timeout"),
         (vec!["serve", "--store", "memory://", "--listen", "127.0.0.1:0", "--query-memory-mb", "18446744073709551615"], &[], "--query-memory-mb"),
         (vec!["serve", "--store", "memory://", "--listen", "127.0.0.1:0", "--max-connections", "0"], &[], "--max-connections"),
+        (vec!["worker", "--store", "memory://", "--listen", "127.0.0.1:0", "--memory-budget-mb", "18446744073709551615"], &[], "--memory-budget-mb"),
+        (vec!["worker", "--store", "memory://", "--listen", "127.0.0.1:0", "--memory-budget-mb=-1"], &[], "--memory-budget-mb"),
         (vec!["serve", "--store", "memory://", "--listen", "127.0.0.1:0", "--max-connections", "100000000"], &[], "--max-connections"),
         (vec!["ingest", "--store", store, "--watch", "--interval", "inf", input], &[], "--interval"),
         (vec!["ingest", "--store", store, "--watch", "--interval", "NaN", input], &[], "--interval"),

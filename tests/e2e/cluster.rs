@@ -570,7 +570,98 @@ async fn analyses_are_swept_by_host_bucket_on_the_workers() {
     expected.sort();
     again.sort();
     assert_same(sql, &expected, &again);
-    drop(w2);
+
+    // It comes back on its address: once the coordinator tries it again
+    // (5 s), it sweeps shares again, with the same answer.
+    let w1 = start_worker(s3.port, &store, &dead.to_string());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut back = rows(&b, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
+        back.sort();
+        assert_same(sql, &expected, &back);
+        if w1.stderr.lock().unwrap().contains("swept a share of") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker {dead} came back but sweeps no share:\n{}",
+            coord.stderr.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop((w1, w2));
+}
+
+/// A worker's memory budget (`culprit worker --memory-budget-mb`) admits
+/// each sweep of its share: one too small for it fails the analysis with
+/// 53200 naming that worker and its flag, no rows, and the coordinator
+/// serves on; an unlimited one (`0`) answers as one process does. The
+/// second coordinator names its workers in a `--workers-file`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_memory_budget_refuses_a_sweep_it_cannot_hold() {
+    let (s3, tmp, store) = cluster_store(TASKS);
+    let small = start_worker_with(s3.port, &store, "127.0.0.1:0", &["--memory-budget-mb", "1"]);
+    let w2 = start_worker(s3.port, &store, "127.0.0.1:0");
+    assert!(
+        small.stderr.lock().unwrap().contains("memory budget 1 MiB"),
+        "{}",
+        small.stderr.lock().unwrap()
+    );
+    let streamed = ["--window-cache-rows", "0"];
+    let one = single_with(s3.port, &store, &streamed);
+    let coord = coordinator_with(s3.port, &store, &[&small, &w2], &streamed);
+    let (a, b) = (connect(one.addr).await, connect(coord.addr).await);
+    let sql = SHARDED[0];
+    let e = rows(&b, sql)
+        .await
+        .expect_err("a sweep larger than the worker's budget must fail");
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
+    assert_eq!(db.code().code(), "53200", "{db:?}");
+    let addr = small.addr.to_string();
+    for word in [addr.as_str(), "--memory-budget-mb", "host buckets"] {
+        assert!(
+            db.message().contains(word),
+            "the error must say {word:?}: {}",
+            db.message()
+        );
+    }
+    assert_eq!(rows(&b, "SELECT 1").await.unwrap().len(), 1);
+    drop(b);
+    drop(coord);
+
+    let unlimited = start_worker_with(s3.port, &store, "127.0.0.1:0", &["--memory-budget-mb", "0"]);
+    assert!(unlimited
+        .stderr
+        .lock()
+        .unwrap()
+        .contains("memory budget unlimited"));
+    let file = tmp.path().join("workers.txt");
+    std::fs::write(
+        &file,
+        format!("# the cluster's other worker\nhttp://{}\n\n", unlimited.addr),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap().to_string();
+    let mut args = vec!["--workers-file", file.as_str()];
+    args.extend_from_slice(&streamed);
+    let coord = coordinator_with(s3.port, &store, &[&w2], &args);
+    let c = connect(coord.addr).await;
+    let mut expected = rows(&a, sql).await.unwrap();
+    let mut got = rows(&c, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
+    expected.sort();
+    got.sort();
+    assert_same(sql, &expected, &got);
+    for (name, w) in [("the unlimited worker", &unlimited), ("worker 2", &w2)] {
+        let log = w.stderr.lock().unwrap().clone();
+        assert!(log.contains("swept a share of"), "{name} swept no share:\n{log}");
+    }
+    drop((small, w2, unlimited));
 }
 
 /// A cluster with a shared secret: a worker started with one refuses the

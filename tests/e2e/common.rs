@@ -274,6 +274,7 @@ pub fn serve_process_with(store: &str, args: &[&str], envs: &[(&str, &str)]) -> 
         .args(args)
         .env_remove("CULPRIT_STORE")
         .env_remove("CULPRIT_LISTEN")
+        .env_remove("CULPRIT_WORKERS")
         .env_remove("MALLOC_ARENA_MAX")
         .envs(envs.iter().copied())
         .env("RUST_LOG", "info")

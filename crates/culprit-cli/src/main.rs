@@ -429,6 +429,12 @@ enum Command {
         /// part of a query.
         #[arg(long, env = "CULPRIT_WORKER_CA", requires = "tls_cert")]
         worker_ca: Option<std::path::PathBuf>,
+        /// Memory budget of the worker, in MiB: its snapshot of the store, the
+        /// sweeps of analyses' shares and the memory of every plan part it runs
+        /// count in it; past it the query fails with 53200 (0: unlimited).
+        /// Default: half the machine's memory (or cgroup limit).
+        #[arg(long, value_parser = limits::memory_budget_mb)]
+        memory_budget_mb: Option<usize>,
     },
     /// Manage the users file of `culprit serve --users`.
     User {
@@ -759,6 +765,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             tls_cert,
             tls_key,
             worker_ca,
+            memory_budget_mb,
         } => {
             let store = Store::open(&store.store)?;
             let secret = cluster_secret(cluster_secret_file.as_deref())?;
@@ -777,7 +784,17 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 }
                 _ => None,
             };
-            worker(store, secret, tls, &listen).await?;
+            let budget = culprit_engine::Budget::new(culprit_engine::BudgetOptions {
+                limit: match memory_budget_mb {
+                    None => Some(culprit_engine::budget::default_limit()),
+                    Some(0) => None,
+                    Some(mb) => Some(mb.saturating_mul(1 << 20)),
+                },
+                // A worker reads no victim's neighbourhood: no read cache.
+                read_cache: Some(0),
+                ..Default::default()
+            });
+            worker(store, secret, tls, budget, &listen).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate {
@@ -1030,6 +1047,7 @@ async fn worker(
     store: Store,
     secret: Option<culprit_sql::cluster::Secret>,
     tls: Option<culprit_sql::cluster::WorkerTls>,
+    budget: culprit_engine::Budget,
     listen: &str,
 ) -> Result<(), BoxError> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -1042,8 +1060,12 @@ async fn worker(
         );
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
+    match budget.limit() {
+        Some(limit) => eprintln!("memory budget {} MiB", limit >> 20),
+        None => eprintln!("memory budget unlimited (--memory-budget-mb 0)"),
+    }
     eprintln!("culprit worker of {store} on {scheme}://{addr} (Ctrl-C to stop)");
-    culprit_sql::cluster::serve_worker(&store, secret, tls, listener, async {
+    culprit_sql::cluster::serve_worker(&store, secret, tls, budget, listener, async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("shutting down");
     })

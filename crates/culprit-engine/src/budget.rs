@@ -227,7 +227,7 @@ impl Budget {
 
     fn refusal(&self, what: &str, bytes: usize, used: usize) -> Error {
         Error::OutOfMemory(format!(
-            "{what} needs {} more of the server's memory budget ({} of {} in use); \
+            "{what} needs {} more of the memory budget ({} of {} in use); \
              try again later, or raise --memory-budget-mb",
             mib(bytes),
             mib(used),
@@ -306,7 +306,7 @@ impl Budget {
         if let Some(cap) = cap {
             if estimate > cap {
                 return Err(Error::OutOfMemory(format!(
-                    "{what} needs about {}, more than {} of the server's memory budget of {} \
+                    "{what} needs about {}, more than {} of the memory budget of {} \
                      may hold; raise --memory-budget-mb",
                     mib(estimate),
                     if heavy { "a heavy analysis" } else { "a query" },
@@ -332,7 +332,7 @@ impl Budget {
                 Err(used) => {
                     if tokio::time::timeout_at(deadline, freed).await.is_err() {
                         return Err(Error::OutOfMemory(format!(
-                            "{what} waited {} s for {} of the server's memory budget ({} of {} \
+                            "{what} waited {} s for {} of the memory budget ({} of {} \
                              in use); try again later, or raise --memory-budget-mb",
                             MEMORY_WAIT.as_secs(),
                             mib(estimate),

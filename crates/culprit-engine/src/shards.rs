@@ -24,7 +24,7 @@ use culprit_core::method::model::{resource_index, Interner};
 use culprit_core::method::{
     sweep_share, Attribution, BucketNodes, Culprit, Entry, Explained, Shards, Windows,
 };
-use culprit_core::Resource;
+use culprit_core::{Resource, Table};
 use rustc_hash::FxHashMap;
 
 use crate::buckets::StoreBuckets;
@@ -295,6 +295,22 @@ impl Snapshot {
             Some(b) if b.loose_files() > 0 => share.max(1),
             _ => per_core.max(1),
         }
+    }
+
+    /// The working memory of sweeping `chunk` host buckets of this store
+    /// on a worker, about: their share of the store's window rows at
+    /// [`crate::budget::HEAVY_BYTES_PER_WINDOW_ROW`] (the hash spreads
+    /// hosts evenly over the buckets; on a store with files of no bucket
+    /// those files are read in batches and only the chunk's rows kept).
+    pub fn share_estimate(&self, chunk: usize) -> usize {
+        let rows = self.source.1.rows_of(Table::TaskWindows) as usize;
+        let rows = match &self.buckets {
+            Some(b) if b.buckets() > 0 => {
+                rows.saturating_mul(chunk.min(b.buckets())) / b.buckets()
+            }
+            _ => rows,
+        };
+        rows.saturating_mul(crate::budget::HEAVY_BYTES_PER_WINDOW_ROW)
     }
 
     /// Whether this snapshot's analyses are swept by a cluster's workers:

@@ -515,6 +515,13 @@ fn named(workers: &Workers, url: &Url, e: DataFusionError) -> DataFusionError {
             log::warn!("worker {url} reports: {}", other.detail);
             return DataFusionError::External(Box::new(other));
         }
+        // The worker's memory budget or pool was full: still 53200, saying
+        // which worker (its `--memory-budget-mb`), not this server's.
+        if let DataFusionError::ResourcesExhausted(m) = e.find_root() {
+            if !m.starts_with("worker ") {
+                return DataFusionError::ResourcesExhausted(format!("worker {url}: {m}"));
+            }
+        }
         return e;
     }
     workers.mark_failed(url);
@@ -636,16 +643,27 @@ impl WorkerChannel for Named {
 /// The engine's worker over `store`: its sessions read the store through
 /// the same confined, read-only object store as a coordinator's. With a
 /// `secret`, a plan that does not present it is refused, and the worker
-/// presents it to the other workers it reads.
-pub fn worker(store: &Store, secret: Option<Secret>, ca: Option<&[u8]>) -> Result<Worker> {
+/// presents it to the other workers it reads. Its memory `budget` counts
+/// the memory of every plan part it runs (past it, 53200) and its
+/// snapshot of the store, and admits each sweep of an analysis's share.
+pub fn worker(
+    store: &Store,
+    secret: Option<Secret>,
+    ca: Option<&[u8]>,
+    budget: culprit_engine::Budget,
+) -> Result<Worker> {
     let runtime: Arc<RuntimeEnv> = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(crate::sandbox::StoreOnlyRegistry::new(store)))
+        .with_memory_pool(Arc::new(crate::budget_pool::BudgetPool::new(
+            budget.clone(),
+            None,
+        )))
         .build_arc()?;
     let workers = Arc::new(Workers::new(Vec::new(), secret.clone(), ca));
     // The engine the worker sweeps analyses' shares with (`shards.rs`):
     // its snapshot of a store version is kept for the next share.
     let engine = Arc::new(crate::shards::WorkerEngine(Arc::new(
-        culprit_engine::Engine::new(store.clone()),
+        culprit_engine::Engine::with_budget(store.clone(), budget),
     )));
     Ok(
         Worker::from_session_builder(move |ctx: WorkerQueryContext| {
@@ -696,10 +714,11 @@ pub async fn serve_worker(
     store: &Store,
     secret: Option<Secret>,
     tls: Option<WorkerTls>,
+    budget: culprit_engine::Budget,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let worker = worker(store, secret, tls.as_ref().map(|t| t.ca.as_slice()))?;
+    let worker = worker(store, secret, tls.as_ref().map(|t| t.ca.as_slice()), budget)?;
     let incoming = futures::stream::unfold(listener, |listener| async move {
         let accepted = listener
             .accept()

@@ -249,12 +249,15 @@ impl ExecutionPlan for SweepExec {
             .map(|e| e.0.clone());
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let rows = futures::stream::once(async move {
-            let snapshot = match (local, engine) {
-                (Some(s), _) => s,
-                (None, Some(engine)) => engine
-                    .snapshot_at(job.version)
-                    .await
-                    .map_err(crate::error::to_datafusion)?,
+            // On a worker, each chunk is admitted in its memory budget
+            // (`culprit worker --memory-budget-mb`) as a heavy analysis;
+            // on the coordinator (a plan run locally) the analysis was.
+            let (snapshot, budget) = match (local, engine) {
+                (Some(s), _) => (s, None),
+                (None, Some(engine)) => (
+                    engine.snapshot_at(job.version).await.map_err(on_worker)?,
+                    Some(engine.budget().clone()),
+                ),
                 (None, None) => {
                     return Err(DataFusionError::Internal(
                         "culprit sweep: this process has no store to sweep from".into(),
@@ -270,23 +273,43 @@ impl ExecutionPlan for SweepExec {
             let job = Arc::new(job);
             Ok(futures::stream::iter(chunks)
                 .then(move |chunk| {
-                    let (snapshot, job) = (snapshot.clone(), job.clone());
+                    let (snapshot, job, budget) = (snapshot.clone(), job.clone(), budget.clone());
                     async move {
-                        let started = std::time::Instant::now();
                         let n = chunk.len();
+                        let admitted = match &budget {
+                            Some(budget) => Some(
+                                budget
+                                    .admit(
+                                        &format!("a sweep of {n} host buckets"),
+                                        snapshot.share_estimate(n),
+                                        true,
+                                    )
+                                    .await
+                                    .map_err(on_worker)?,
+                            ),
+                            None => None,
+                        };
+                        let started = std::time::Instant::now();
                         let batches =
                             tokio::task::spawn_blocking(move || snapshot.sweep_share(&job, &chunk))
                                 .await
                                 .map_err(|e| {
                                     DataFusionError::Internal(format!("culprit sweep: {e}"))
                                 })?
-                                .map_err(crate::error::to_datafusion)?;
+                                .map_err(on_worker)?;
                         log::info!(
                             "swept a share of {n} host buckets: {} level-4 nodes in {:.2} s",
                             batches.iter().map(|b| b.num_rows()).sum::<usize>(),
                             started.elapsed().as_secs_f64()
                         );
-                        Ok::<_, DataFusionError>(futures::stream::iter(batches.into_iter().map(Ok)))
+                        // The admission is held until the chunk's last
+                        // rows are sent: they are its memory until then.
+                        Ok::<_, DataFusionError>(futures::stream::iter(
+                            batches.into_iter().map(move |b| {
+                                let _held = &admitted;
+                                Ok(b)
+                            }),
+                        ))
                     }
                 })
                 .try_flatten())
@@ -297,6 +320,20 @@ impl ExecutionPlan for SweepExec {
             share_schema(),
             rows,
         )))
+    }
+}
+
+/// A culprit error of a sweep, as the engine sends it back from a worker:
+/// its error encoding keeps only DataFusion's own variants, so a refusal of
+/// the worker's memory budget becomes `ResourcesExhausted` (53200 at the
+/// coordinator, `cluster.rs` naming the worker) instead of a message of
+/// no type.
+fn on_worker(e: crate::error::Error) -> DataFusionError {
+    match e {
+        crate::error::Error::OutOfMemory(m) => {
+            DataFusionError::ResourcesExhausted(m)
+        }
+        e => crate::error::to_datafusion(e),
     }
 }
 
