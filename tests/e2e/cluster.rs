@@ -642,7 +642,10 @@ async fn a_workers_memory_budget_refuses_a_sweep_it_cannot_hold() {
     let file = tmp.path().join("workers.txt");
     std::fs::write(
         &file,
-        format!("# the cluster's other worker\nhttp://{}\n\n", unlimited.addr),
+        format!(
+            "# the cluster's other worker\nhttp://{}\n\n",
+            unlimited.addr
+        ),
     )
     .unwrap();
     let file = file.to_str().unwrap().to_string();
@@ -659,7 +662,10 @@ async fn a_workers_memory_budget_refuses_a_sweep_it_cannot_hold() {
     assert_same(sql, &expected, &got);
     for (name, w) in [("the unlimited worker", &unlimited), ("worker 2", &w2)] {
         let log = w.stderr.lock().unwrap().clone();
-        assert!(log.contains("swept a share of"), "{name} swept no share:\n{log}");
+        assert!(
+            log.contains("swept a share of"),
+            "{name} swept no share:\n{log}"
+        );
     }
     drop((small, w2, unlimited));
 }

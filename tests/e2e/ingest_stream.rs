@@ -154,15 +154,29 @@ async fn ingest_streams_an_input_larger_than_its_buffers() {
     let got = sql(&store_s, "SELECT count(*) FROM task_windows");
     assert_eq!(got[0].parse::<usize>().unwrap(), n_windows);
 
-    // A window row repeated at the end of the input (so it is read in
-    // another part than the first): rejected as a duplicate, named by its
-    // row; into a fresh store, the rest is stored.
+    // Window rows repeated later in the input: every 20,000th row again
+    // 30,000 rows after it (so that at each boundary between two parts a
+    // copy's first row is in the part still being written when the copy
+    // is checked), and the first row at the end (read in another part
+    // than the first): each rejected as a duplicate, named by its row;
+    // into a fresh store, the rest is stored.
     let dup = tmp.path().join("dup");
     std::fs::create_dir_all(&dup).unwrap();
     write(&dup.join("tasks.parquet"), &tasks);
-    let mut with_dup = windows.clone();
-    with_dup.push(windows[0].slice(0, 1));
-    write(&dup.join("task_windows.parquet"), &with_dup);
+    let all = arrow::compute::concat_batches(&windows[0].schema(), &windows).unwrap();
+    let (mut order, mut copies) = (Vec::new(), Vec::new());
+    for i in 0..all.num_rows() {
+        order.push(i as u32);
+        if i >= 30_000 && (i - 30_000) % 20_000 == 0 {
+            order.push((i - 30_000) as u32);
+            copies.push(order.len()); // its row, from 1
+        }
+    }
+    order.push(0);
+    copies.push(order.len());
+    let with_dup =
+        arrow::compute::take_record_batch(&all, &arrow::array::UInt32Array::from(order)).unwrap();
+    write(&dup.join("task_windows.parquet"), &[with_dup]);
     let fresh = tmp.path().join("fresh").to_str().unwrap().to_string();
     let out = culprit()
         .args(["ingest", "--store", &fresh, dup.to_str().unwrap()])
@@ -171,11 +185,17 @@ async fn ingest_streams_an_input_larger_than_its_buffers() {
     let text =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     let file = dup.join("task_windows.parquet").display().to_string();
+    for row in &copies {
+        assert!(
+            text.contains(&format!("{file}: row {row}: duplicate window")),
+            "row {row} is not rejected: {text}"
+        );
+    }
+    assert!(copies.len() > 50, "{}", copies.len());
     assert!(
-        text.contains(&format!("{file}: row {}: duplicate window", n_windows + 1)),
+        text.contains(&format!("rejected {}", copies.len())),
         "{text}"
     );
-    assert!(text.contains("rejected 1"), "{text}");
     let got = sql(&fresh, "SELECT count(*) FROM task_windows");
     assert_eq!(got[0].parse::<usize>().unwrap(), n_windows);
 

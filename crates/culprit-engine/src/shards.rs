@@ -305,9 +305,7 @@ impl Snapshot {
     pub fn share_estimate(&self, chunk: usize) -> usize {
         let rows = self.source.1.rows_of(Table::TaskWindows) as usize;
         let rows = match &self.buckets {
-            Some(b) if b.buckets() > 0 => {
-                rows.saturating_mul(chunk.min(b.buckets())) / b.buckets()
-            }
+            Some(b) if b.buckets() > 0 => rows.saturating_mul(chunk.min(b.buckets())) / b.buckets(),
             _ => rows,
         };
         rows.saturating_mul(crate::budget::HEAVY_BYTES_PER_WINDOW_ROW)

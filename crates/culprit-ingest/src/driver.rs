@@ -203,6 +203,8 @@ pub async fn ingest(
         store,
         pending: Some(begin(store)),
         in_flight: None,
+        landed: Vec::new(),
+        last_part: None,
         manifest: &manifest,
         known: &mut known,
         report: &mut report,
@@ -356,6 +358,60 @@ struct Buffer {
     bytes: usize,
 }
 
+/// The digests of a part's window rows, sorted, and the duplicates among
+/// them: what [`Ctx::drop_duplicate_windows`] computes with no state of
+/// the ingest ([`digest_part`]). (Computed on a thread of its own while
+/// the next part was read, it held a third part at a time: 530 MiB at 1e7
+/// tasks, for 3% at 1e6.)
+struct Digested {
+    /// Every row's digest with its place (batch, row), sorted, each digest
+    /// once (its first row): 24 bytes a row (a hash map would take about
+    /// three times as much).
+    ours: Vec<((u64, u64), u32, u32)>,
+    /// The same identity twice in these rows: (batch, row) of each later
+    /// one and of its first, in the order of the input.
+    dups: Vec<(u32, u32, u32, u32)>,
+    /// The rows' earliest start and latest end.
+    span: Option<(i64, i64)>,
+}
+
+/// Digests the window rows of one part.
+fn digest_part(table: Table, batches: &[RecordBatch]) -> Digested {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampMicrosecondType;
+    let mut span: Option<(i64, i64)> = None;
+    let mut ours: Vec<((u64, u64), u32, u32)> =
+        Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
+    for (b, batch) in batches.iter().enumerate() {
+        let ids = identity::Identities::of_batch(table, batch);
+        for i in 0..batch.num_rows() {
+            let d = ids.digest(i);
+            ours.push((((d >> 64) as u64, d as u64), b as u32, i as u32));
+        }
+        let time = |c: &str| {
+            batch
+                .column_by_name(c)
+                .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+        };
+        let first = time("window_start").and_then(arrow::compute::min);
+        let last = time("window_end").and_then(arrow::compute::max);
+        if let (Some(first), Some(last)) = (first, last) {
+            span = Some(span.map_or((first, last), |(a, z)| (a.min(first), z.max(last))));
+        }
+    }
+    ours.sort_unstable();
+    let mut dups: Vec<(u32, u32, u32, u32)> = Vec::new();
+    ours.dedup_by(|later, first| {
+        let same = later.0 == first.0;
+        if same {
+            dups.push((later.1, later.2, first.1, first.2));
+        }
+        same
+    });
+    dups.sort_unstable();
+    Digested { ours, dups, span }
+}
+
 /// The `task_windows` rows of a write that may be duplicates of rows
 /// written earlier in the ingest ([`Ctx::rows_to_look_up`]).
 struct LookUp {
@@ -382,6 +438,13 @@ struct Ctx<'a> {
     /// The write of the rows read before: it holds the batch until done,
     /// while the next rows are read and checked (both cores busy).
     in_flight: Option<tokio::task::JoinHandle<(PendingBatch, Result<()>)>>,
+    /// The files of the writes landed so far (all but the one in flight),
+    /// for the look-up of window rows written earlier in this ingest.
+    landed: Vec<culprit_store::DataFile>,
+    /// The identity digests (sorted) of the rows of the last part given
+    /// to a write, and its table: the rows of the write in flight, looked
+    /// up here instead of waiting for their files.
+    last_part: Option<(Table, Vec<(u64, u64)>)>,
     manifest: &'a culprit_store::Manifest,
     known: &'a mut Known,
     report: &'a mut IngestReport,
@@ -460,12 +523,25 @@ impl Ctx<'_> {
     /// identity is already stored, or was written earlier in this batch,
     /// are dropped first.
     async fn write(&mut self, table: Table, buffer: Buffer) -> Result<()> {
-        let (batches, buckets) = if identity::columns(table).is_empty() {
-            (buffer.batches, buffer.buckets)
-        } else {
-            self.drop_duplicate_windows(table, buffer).await?
-        };
+        if identity::columns(table).is_empty() {
+            return self
+                .spawn_write(table, buffer.batches, buffer.buckets)
+                .await;
+        }
+        let digested = digest_part(table, &buffer.batches);
+        let (batches, buckets) = self.drop_duplicate_windows(table, buffer, digested).await?;
+        self.spawn_write(table, batches, buckets).await
+    }
+
+    /// Begins the write of these rows, once the write before is done.
+    async fn spawn_write(
+        &mut self,
+        table: Table,
+        batches: Vec<RecordBatch>,
+        buckets: Vec<Vec<u32>>,
+    ) -> Result<()> {
         let mut pending = self.pending().await?;
+        self.landed = pending.written().to_vec();
         self.in_flight = Some(tokio::spawn(async move {
             let written = if table == Table::TaskWindows {
                 pending.write_routed(table, batches, buckets).await
@@ -527,9 +603,9 @@ impl Ctx<'_> {
         &mut self,
         table: Table,
         buffer: Buffer,
+        digested: Digested,
     ) -> Result<(Vec<RecordBatch>, Vec<Vec<u32>>)> {
-        use arrow::array::{AsArray, BooleanArray};
-        use arrow::datatypes::TimestampMicrosecondType;
+        use arrow::array::BooleanArray;
         let Buffer {
             batches,
             places,
@@ -537,42 +613,9 @@ impl Ctx<'_> {
             buckets,
             ..
         } = buffer;
-        let mut span: Option<(i64, i64)> = None;
-        // Every row's digest with its place, sorted: 24 bytes a row (a
-        // hash map would take about three times as much).
-        let mut ours: Vec<((u64, u64), u32, u32)> =
-            Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
+        let Digested { ours, dups, span } = digested;
         let mut keep: Vec<Vec<bool>> = batches.iter().map(|b| vec![true; b.num_rows()]).collect();
-        for (b, batch) in batches.iter().enumerate() {
-            let ids = identity::Identities::of_batch(table, batch);
-            for i in 0..batch.num_rows() {
-                let d = ids.digest(i);
-                ours.push((((d >> 64) as u64, d as u64), b as u32, i as u32));
-            }
-            let time = |c: &str| {
-                batch
-                    .column_by_name(c)
-                    .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
-            };
-            let first = time("window_start").and_then(arrow::compute::min);
-            let last = time("window_end").and_then(arrow::compute::max);
-            if let (Some(first), Some(last)) = (first, last) {
-                span = Some(span.map_or((first, last), |(a, z)| (a.min(first), z.max(last))));
-            }
-        }
-        ours.sort_unstable();
         let needs = self.rows_to_look_up(table, &batches, &buckets);
-        // The same identity twice in these rows: the later ones are
-        // duplicates of the first (reported in the order of the input).
-        let mut dups: Vec<(u32, u32, u32, u32)> = Vec::new();
-        ours.dedup_by(|later, first| {
-            let same = later.0 == first.0;
-            if same {
-                dups.push((later.1, later.2, first.1, first.2));
-            }
-            same
-        });
-        dups.sort_unstable();
         for (b, i, fb, fi) in dups {
             let (b, i) = (b as usize, i as usize);
             keep[b][i] = false;
@@ -606,12 +649,35 @@ impl Ctx<'_> {
         };
         let cands = cands.as_deref().unwrap_or(&ours);
         let (look_first, look_last) = look.as_ref().map_or((first, last), |l| (l.0, l.1));
+        let mut left = ours.len();
+        // The rows of the write in flight (the last part of this table, as
+        // a task cut by the parts' boundary has its earlier rows there):
+        // their digests are in memory, so the look-up does not wait for
+        // their files; the rest are in the files of the writes landed.
+        let mut unfound = 0usize;
+        let last_part = match self.last_part.take() {
+            Some((t, digests)) if t == table => digests,
+            _ => Vec::new(),
+        };
+        for &(key, b, r) in cands {
+            let (b, r) = (b as usize, r as usize);
+            if !keep[b][r] {
+                continue;
+            }
+            if last_part.binary_search(&key).is_ok() {
+                keep[b][r] = false;
+                left -= 1;
+                self.earlier_row(table, &batches[b], r, modes[b], places[b][r]);
+            } else {
+                unfound += 1;
+            }
+        }
+        drop(last_part);
         let written: Vec<_> = match look {
+            _ if unfound == 0 => Vec::new(),
             None => Vec::new(),
             Some((first, last, buckets)) => self
-                .batch()
-                .await?
-                .written()
+                .landed
                 .iter()
                 .filter(|f| {
                     f.table == table.name()
@@ -630,7 +696,6 @@ impl Ctx<'_> {
             look_first,
             look_last,
         );
-        let mut left = ours.len();
         while let Some(found) = rows.try_next().await? {
             let ids = identity::Identities::of_batch(table, &found);
             for i in 0..found.num_rows() {
@@ -638,13 +703,7 @@ impl Ctx<'_> {
                     if keep[b][r] {
                         keep[b][r] = false;
                         left -= 1;
-                        let shown = identity::Identities::of_batch(table, &batches[b]).show(r);
-                        self.duplicate_window(
-                            modes[b],
-                            places[b][r],
-                            &shown,
-                            "an earlier row of this ingest",
-                        );
+                        self.earlier_row(table, &batches[b], r, modes[b], places[b][r]);
                     }
                 }
             }
@@ -676,6 +735,15 @@ impl Ctx<'_> {
                 }
             }
         }
+        // This part's rows, as the next part looks them up while they are
+        // written.
+        self.last_part = Some((
+            table,
+            ours.iter()
+                .filter(|(_, b, r)| keep[*b as usize][*r as usize])
+                .map(|e| e.0)
+                .collect(),
+        ));
         drop(ours);
         let mut kept_buckets = Vec::with_capacity(buckets.len());
         let mut kept = Vec::with_capacity(batches.len());
@@ -702,6 +770,19 @@ impl Ctx<'_> {
             kept_buckets.push(bucket);
         }
         Ok((kept, kept_buckets))
+    }
+
+    /// Row `r` of `batch` repeats a row written earlier in this ingest.
+    fn earlier_row(
+        &mut self,
+        table: Table,
+        batch: &RecordBatch,
+        r: usize,
+        mode: BatchDuplicates,
+        place: Place,
+    ) {
+        let shown = identity::Identities::of_batch(table, batch).show(r);
+        self.duplicate_window(mode, place, &shown, "an earlier row of this ingest");
     }
 
     /// Of `task_windows` rows about to be written, those that may be

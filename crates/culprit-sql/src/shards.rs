@@ -304,12 +304,12 @@ impl ExecutionPlan for SweepExec {
                         );
                         // The admission is held until the chunk's last
                         // rows are sent: they are its memory until then.
-                        Ok::<_, DataFusionError>(futures::stream::iter(
-                            batches.into_iter().map(move |b| {
+                        Ok::<_, DataFusionError>(futures::stream::iter(batches.into_iter().map(
+                            move |b| {
                                 let _held = &admitted;
                                 Ok(b)
-                            }),
-                        ))
+                            },
+                        )))
                     }
                 })
                 .try_flatten())
@@ -330,9 +330,7 @@ impl ExecutionPlan for SweepExec {
 /// no type.
 fn on_worker(e: crate::error::Error) -> DataFusionError {
     match e {
-        crate::error::Error::OutOfMemory(m) => {
-            DataFusionError::ResourcesExhausted(m)
-        }
+        crate::error::Error::OutOfMemory(m) => DataFusionError::ResourcesExhausted(m),
         e => crate::error::to_datafusion(e),
     }
 }

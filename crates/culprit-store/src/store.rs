@@ -771,10 +771,7 @@ fn encode_files(
         } else {
             RecordBatch::try_new(schema.clone(), gathered.columns().to_vec())?
         };
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
-            .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)))
-            .build();
+        let props = writer_properties(name, &schema);
         let perr = |source| StoreError::Parquet {
             path: format!("(a new {name} file)"),
             source,
@@ -790,6 +787,30 @@ fn encode_files(
         });
     }
     Ok(out)
+}
+
+/// How the store writes a Parquet file of table `name` (`schema`): zstd
+/// level 1, the table's row group size, and no dictionary for the
+/// columns of numbers and times (mostly distinct values: a dictionary
+/// there costs a hash of every value and saves nothing zstd does not;
+/// text columns keep theirs).
+fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterProperties {
+    use arrow::datatypes::DataType;
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
+        .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)));
+    for field in schema.fields() {
+        if matches!(
+            field.data_type(),
+            DataType::Float64 | DataType::Float32 | DataType::Timestamp(..)
+        ) {
+            props = props.set_column_dictionary_enabled(
+                parquet::schema::types::ColumnPath::from(field.name().as_str()),
+                false,
+            );
+        }
+    }
+    props.build()
 }
 
 /// The query index rows of these `tasks` rows: per query, the earliest
@@ -1348,10 +1369,7 @@ impl PendingBatch {
                     let part = self.parts.entry(name.to_string()).or_insert(0);
                     let rel = path(*part);
                     *part += 1;
-                    let props = WriterProperties::builder()
-                        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
-                        .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)))
-                        .build();
+                    let props = writer_properties(name, schema);
                     let writer =
                         BufWriter::new(self.store.object_store.clone(), self.store.path(&rel));
                     let w = AsyncArrowWriter::try_new(writer, schema.clone(), Some(props))
