@@ -128,6 +128,23 @@ fn assert_same(what: &str, single: &[Vec<Option<String>>], cluster: &[Vec<Option
     }
 }
 
+/// `sql` answers on the cluster (`coord`, through `cluster`) what it
+/// answers in one process (`one`), rows compared after sorting.
+async fn assert_same_answer(
+    sql: &str,
+    one: &tokio_postgres::Client,
+    cluster: &tokio_postgres::Client,
+    coord: &ServeProcess,
+) {
+    let mut expected = rows(one, sql).await.expect(sql);
+    let mut got = rows(cluster, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
+    expected.sort();
+    got.sort();
+    assert_same(sql, &expected, &got);
+}
+
 /// `e` is the server's 58000 naming the worker at `dead`.
 fn assert_names_dead_worker(e: &tokio_postgres::Error, dead: SocketAddr) {
     let db = e
@@ -563,24 +580,14 @@ async fn analyses_are_swept_by_host_bucket_on_the_workers() {
         .await
         .expect_err("an analysis over a dead worker must fail");
     assert_names_dead_worker(&e, dead);
-    let mut expected = rows(&a, sql).await.unwrap();
-    let mut again = rows(&b, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
-    expected.sort();
-    again.sort();
-    assert_same(sql, &expected, &again);
+    assert_same_answer(sql, &a, &b, &coord).await;
 
     // It comes back on its address: once the coordinator tries it again
     // (5 s), it sweeps shares again, with the same answer.
     let w1 = start_worker(s3.port, &store, &dead.to_string());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut back = rows(&b, sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
-        back.sort();
-        assert_same(sql, &expected, &back);
+        assert_same_answer(sql, &a, &b, &coord).await;
         if w1.stderr.lock().unwrap().contains("swept a share of") {
             break;
         }
@@ -653,13 +660,7 @@ async fn a_workers_memory_budget_refuses_a_sweep_it_cannot_hold() {
     args.extend_from_slice(&streamed);
     let coord = coordinator_with(s3.port, &store, &[&w2], &args);
     let c = connect(coord.addr).await;
-    let mut expected = rows(&a, sql).await.unwrap();
-    let mut got = rows(&c, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", coord.stderr.lock().unwrap()));
-    expected.sort();
-    got.sort();
-    assert_same(sql, &expected, &got);
+    assert_same_answer(sql, &a, &c, &coord).await;
     for (name, w) in [("the unlimited worker", &unlimited), ("worker 2", &w2)] {
         let log = w.stderr.lock().unwrap().clone();
         assert!(

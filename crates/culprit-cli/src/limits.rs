@@ -89,6 +89,16 @@ pub fn memory_budget_mb(s: &str) -> Result<usize, String> {
     count(s, 0, MAX_QUERY_MEMORY_MB)
 }
 
+/// The budget in bytes of `--memory-budget-mb` (of `serve` and `worker`):
+/// half the machine when not given, none for 0.
+pub fn memory_budget(mb: Option<usize>) -> Option<usize> {
+    match mb {
+        None => Some(culprit_engine::budget::default_limit()),
+        Some(0) => None,
+        Some(mb) => Some(mb.saturating_mul(1 << 20)),
+    }
+}
+
 /// Most heavy analyses at once (`serve --heavy-analyses`).
 pub const MAX_HEAVY_ANALYSES: usize = 1_024;
 

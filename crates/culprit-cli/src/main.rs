@@ -217,11 +217,7 @@ impl ServerArgs {
                 memory: None,
             },
             budget: culprit_engine::BudgetOptions {
-                limit: match self.memory_budget_mb {
-                    None => Some(culprit_engine::budget::default_limit()),
-                    Some(0) => None,
-                    Some(mb) => Some(mb.saturating_mul(1 << 20)),
-                },
+                limit: limits::memory_budget(self.memory_budget_mb),
                 heavy_slots: self
                     .heavy_analyses
                     .unwrap_or_else(culprit_engine::budget::default_heavy_slots),
@@ -785,11 +781,7 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 _ => None,
             };
             let budget = culprit_engine::Budget::new(culprit_engine::BudgetOptions {
-                limit: match memory_budget_mb {
-                    None => Some(culprit_engine::budget::default_limit()),
-                    Some(0) => None,
-                    Some(mb) => Some(mb.saturating_mul(1 << 20)),
-                },
+                limit: limits::memory_budget(memory_budget_mb),
                 // A worker reads no victim's neighbourhood: no read cache.
                 read_cache: Some(0),
                 ..Default::default()

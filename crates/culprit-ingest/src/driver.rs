@@ -541,7 +541,9 @@ impl Ctx<'_> {
         buckets: Vec<Vec<u32>>,
     ) -> Result<()> {
         let mut pending = self.pending().await?;
-        self.landed = pending.written().to_vec();
+        // The batch only adds files: the new ones since the last write.
+        let written = pending.written();
+        self.landed.extend_from_slice(&written[self.landed.len()..]);
         self.in_flight = Some(tokio::spawn(async move {
             let written = if table == Table::TaskWindows {
                 pending.write_routed(table, batches, buckets).await
@@ -674,9 +676,7 @@ impl Ctx<'_> {
         }
         drop(last_part);
         let written: Vec<_> = match look {
-            _ if unfound == 0 => Vec::new(),
-            None => Vec::new(),
-            Some((first, last, buckets)) => self
+            Some((first, last, buckets)) if unfound > 0 => self
                 .landed
                 .iter()
                 .filter(|f| {
@@ -689,6 +689,7 @@ impl Ctx<'_> {
                 })
                 .cloned()
                 .collect(),
+            _ => Vec::new(),
         };
         let mut rows = self.store.scan_overlapping(
             written,

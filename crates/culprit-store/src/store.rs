@@ -763,6 +763,7 @@ fn encode_files(
     let name = table.name();
     let schema = table.schema();
     let refs: Vec<&RecordBatch> = batches.iter().collect();
+    let props = writer_properties(name, &schema);
     let mut out = Vec::new();
     for part in rows.chunks(ROWS_PER_FILE) {
         let gathered = arrow::compute::interleave_record_batch(&refs, part)?;
@@ -771,13 +772,13 @@ fn encode_files(
         } else {
             RecordBatch::try_new(schema.clone(), gathered.columns().to_vec())?
         };
-        let props = writer_properties(name, &schema);
         let perr = |source| StoreError::Parquet {
             path: format!("(a new {name} file)"),
             source,
         };
-        let mut w = parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))
-            .map_err(perr)?;
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props.clone()))
+                .map_err(perr)?;
         w.write(&batch).map_err(perr)?;
         let bytes = w.into_inner().map_err(perr)?;
         out.push(Encoded {
