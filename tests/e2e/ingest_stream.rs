@@ -204,3 +204,87 @@ async fn ingest_streams_an_input_larger_than_its_buffers() {
     // 500 MB.
     assert!(peak < 384 << 20, "peak {} MiB", peak >> 20);
 }
+
+/// Host window rows of many parts (the input in host order, as a
+/// collector writes one host's series after another): a copy of a row is
+/// rejected whether its first is in the part just written (looked up in
+/// memory) or in a part written before it (looked up in the files written),
+/// and every other row is stored once. (The look-up reads the files
+/// written only for rows within the time of a host's rows there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_window_copies_far_apart_are_rejected() {
+    use arrow::array::{ArrayRef, StringArray, UInt32Array};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    let input_s = input.to_str().unwrap();
+    run_ok(&[
+        "generate", "--out", input_s, "--tasks", "20000", "--hosts", "50",
+    ]);
+    let hosts = read(&input.join("host_windows.parquet"));
+    let one = arrow::compute::concat_batches(&hosts[0].schema(), &hosts).unwrap();
+    // Copies of the cluster under other host names, one after another:
+    // 1.5e6 rows, several parts of the input, each host's rows together.
+    let at = one.schema().index_of("host").unwrap();
+    let mut copies_of_cluster = Vec::new();
+    let mut k = 0;
+    while copies_of_cluster
+        .iter()
+        .map(RecordBatch::num_rows)
+        .sum::<usize>()
+        < 1_500_000
+    {
+        let names = one.column(at).as_string::<i32>();
+        let renamed: StringArray = names
+            .iter()
+            .map(|h| h.map(|h| format!("{h}-{k}")))
+            .collect();
+        let mut cols: Vec<ArrayRef> = one.columns().to_vec();
+        cols[at] = Arc::new(renamed);
+        copies_of_cluster.push(RecordBatch::try_new(one.schema(), cols).unwrap());
+        k += 1;
+    }
+    let all = arrow::compute::concat_batches(&one.schema(), &copies_of_cluster).unwrap();
+    let n = all.num_rows();
+    // Every 100,000th row again 30,000 rows later (the part just written,
+    // or the same part) and 700,000 rows later (two parts or more before).
+    let (mut order, mut copies) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        order.push(i as u32);
+        for back in [30_000, 700_000] {
+            if i >= back && (i - back) % 100_000 == 0 {
+                order.push((i - back) as u32);
+                copies.push(order.len());
+            }
+        }
+    }
+    let with_dup = arrow::compute::take_record_batch(&all, &UInt32Array::from(order)).unwrap();
+    let dir = tmp.path().join("dup");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("host_windows.parquet");
+    write(&file, &[with_dup]);
+    let store = tmp.path().join("store").to_str().unwrap().to_string();
+    let out = culprit()
+        .args(["ingest", "--store", &store, dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let shown = file.display().to_string();
+    for row in &copies {
+        assert!(
+            text.contains(&format!("{shown}: row {row}: duplicate window")),
+            "row {row} is not rejected: {text}"
+        );
+    }
+    assert!(copies.len() > 20, "{}", copies.len());
+    assert!(
+        text.contains(&format!("rejected {}", copies.len())),
+        "{text}"
+    );
+    let got = sql(
+        &store,
+        "SELECT count(*), count(DISTINCT host) FROM host_windows",
+    );
+    assert_eq!(got[0], format!("{n},{}", 50 * k), "{text}");
+}

@@ -17,7 +17,7 @@ use crate::hostmetrics::{self, HostMetricsOptions};
 use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
-use crate::task_index::NO_BUCKET;
+use crate::task_index::{KeyMap, NO_BUCKET};
 use crate::trino;
 use crate::validate::{self, BatchDuplicates, Known, Place};
 
@@ -205,6 +205,7 @@ pub async fn ingest(
         in_flight: None,
         landed: Vec::new(),
         last_part: None,
+        hosts_written: HostsWritten::default(),
         manifest: &manifest,
         known: &mut known,
         report: &mut report,
@@ -423,6 +424,32 @@ struct LookUp {
     span: Option<(i64, i64)>,
 }
 
+/// The most hosts whose written `host_windows` rows an ingest keeps track
+/// of ([`Ctx::host_rows_to_look_up`]): 40 MiB at most; past them every
+/// row is looked up.
+const HOSTS_TRACKED: usize = 1 << 20;
+
+/// The hosts whose `host_windows` rows were written in this ingest.
+#[derive(Default)]
+struct HostsWritten {
+    /// Writes of `host_windows` rows so far.
+    writes: u32,
+    seen: KeyMap<HostWritten>,
+}
+
+/// A host's rows written: the last write that held some, the time they
+/// cover there, and the time its rows of the writes before cover.
+struct HostWritten {
+    write: u32,
+    recent: (i64, i64),
+    older: Option<(i64, i64)>,
+}
+
+/// A time span widened to hold another.
+fn widen(span: Option<(i64, i64)>, (a, z): (i64, i64)) -> (i64, i64) {
+    span.map_or((a, z), |(f, l)| (f.min(a), l.max(z)))
+}
+
 /// What became of a candidate event log.
 enum LogOutcome {
     Parsed,
@@ -445,6 +472,8 @@ struct Ctx<'a> {
     /// to a write, and its table: the rows of the write in flight, looked
     /// up here instead of waiting for their files.
     last_part: Option<(Table, Vec<(u64, u64)>)>,
+    /// The hosts of the `host_windows` rows written so far.
+    hosts_written: HostsWritten,
     manifest: &'a culprit_store::Manifest,
     known: &'a mut Known,
     report: &'a mut IngestReport,
@@ -792,7 +821,8 @@ impl Ctx<'_> {
     /// keeps that per task). With the rows of a task together in the
     /// input, that is a task cut by a write's boundary, not every row:
     /// the files written are then read for a few rows, not for all.
-    /// `None` for other tables (every row is looked up).
+    /// `host_windows` rows: [`Ctx::host_rows_to_look_up`]. `None` for
+    /// other tables (every row is looked up).
     fn rows_to_look_up(
         &mut self,
         table: Table,
@@ -801,6 +831,9 @@ impl Ctx<'_> {
     ) -> Option<LookUp> {
         use arrow::array::{Array, AsArray};
         use arrow::datatypes::TimestampMicrosecondType;
+        if table == Table::HostWindows {
+            return self.host_rows_to_look_up(batches);
+        }
         if table != Table::TaskWindows {
             return None;
         }
@@ -846,10 +879,106 @@ impl Ctx<'_> {
                     look.buckets
                         .insert(buckets.get(i).copied().unwrap_or(NO_BUCKET));
                     let (a, z) = (starts.value(i), ends.value(i));
-                    look.span = Some(look.span.map_or((a, z), |(f, l)| (f.min(a), l.max(z))));
+                    look.span = Some(widen(look.span, (a, z)));
                 }
             }
             look.rows.push(rows);
+        }
+        Some(look)
+    }
+
+    /// Of `host_windows` rows about to be written, those that may repeat a
+    /// row written earlier in this ingest: a row of a host that an earlier
+    /// write held rows of, within the time those rows covered (a copy has
+    /// the same start and end). Rows that only the last write can hold are
+    /// looked up among its digests, in memory; only rows within the time of
+    /// the host's rows in the writes before it make the files written be
+    /// read (`span`), and only the files of that time. With the rows of a
+    /// host together in the input (or the input in time order), that is
+    /// none: the files written are not read again for every part, which
+    /// made the look-up quadratic (40 s of 10.5e6 host rows). `None` (every
+    /// row looked up, the files of the part's time read) past
+    /// [`HOSTS_TRACKED`] hosts, or when the rows lack the checked columns.
+    fn host_rows_to_look_up(&mut self, batches: &[RecordBatch]) -> Option<LookUp> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::TimestampMicrosecondType;
+        let last_is_ours = matches!(&self.last_part, Some((t, _)) if *t == Table::HostWindows);
+        let hosts = &mut self.hosts_written;
+        if hosts.seen.len() > HOSTS_TRACKED {
+            return None;
+        }
+        hosts.writes += 1;
+        let w = hosts.writes;
+        let mut look = LookUp {
+            rows: Vec::with_capacity(batches.len()),
+            buckets: HashSet::new(),
+            span: None,
+        };
+        let mut now: KeyMap<(i64, i64)> = KeyMap::default();
+        for batch in batches {
+            let (Some(names), Some(starts), Some(ends)) = (
+                batch
+                    .column_by_name("host")
+                    .and_then(|c| c.as_string_opt::<i32>()),
+                batch
+                    .column_by_name("window_start")
+                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+                batch
+                    .column_by_name("window_end")
+                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+            ) else {
+                return None;
+            };
+            let mut rows = vec![false; batch.num_rows()];
+            let mut last: Option<(&str, (u64, u64))> = None;
+            for (i, row) in rows.iter_mut().enumerate() {
+                let (a, z) = (starts.value(i), ends.value(i));
+                if names.is_null(i) {
+                    *row = true;
+                    look.span = Some(widen(look.span, (a, z)));
+                    continue;
+                }
+                let name = names.value(i);
+                let key = match last {
+                    Some((l, k)) if l == name => k,
+                    _ => {
+                        let k = identity::key_digest(&[name]);
+                        last = Some((name, k));
+                        k
+                    }
+                };
+                let span = now.entry(key).or_insert((a, z));
+                *span = widen(Some(*span), (a, z));
+                let Some(seen) = hosts.seen.get(&key) else {
+                    continue;
+                };
+                // In memory: the last write's rows, if its digests are kept.
+                let (memory, files) = if seen.write + 1 == w && last_is_ours {
+                    (Some(seen.recent), seen.older)
+                } else {
+                    (None, Some(widen(seen.older, seen.recent)))
+                };
+                let within = |s: Option<(i64, i64)>| s.is_some_and(|(f, l)| a >= f && z <= l);
+                if within(files) {
+                    *row = true;
+                    look.span = Some(widen(look.span, (a, z)));
+                } else if within(memory) {
+                    *row = true;
+                }
+            }
+            look.rows.push(rows);
+        }
+        for (key, span) in now {
+            let seen = hosts.seen.entry(key).or_insert(HostWritten {
+                write: w,
+                recent: span,
+                older: None,
+            });
+            if seen.write != w {
+                seen.older = Some(widen(seen.older, seen.recent));
+                seen.recent = span;
+                seen.write = w;
+            }
         }
         Some(look)
     }

@@ -88,7 +88,10 @@ impl Digester {
         };
         use std::hash::{BuildHasher, Hasher};
         // Fixed seeds: digests are compared within one process only, but
-        // the same input must give the same digest on every run.
+        // the same input must give the same digest on every run. (ahash
+        // XORs the seeds with its own constants: B's were those constants
+        // once, a hasher of zeros whose words were all 0, so digests had
+        // 64 bits.)
         const A: ahash::RandomState = ahash::RandomState::with_seeds(
             0x243f_6a88_85a3_08d3,
             0x1319_8a2e_0370_7344,
@@ -96,10 +99,10 @@ impl Digester {
             0x082e_fa98_ec4e_6c89,
         );
         const B: ahash::RandomState = ahash::RandomState::with_seeds(
-            0x4528_21e6_38d0_1377,
-            0xbe54_66cf_34e9_0c6c,
-            0xc0ac_29b7_c97c_50dd,
-            0x3f84_d5b5_b547_0917,
+            0x9216_d5d9_8979_fb1b,
+            0xd131_0ba6_98df_b5ac,
+            0x2ffd_72db_d01a_dfb7,
+            0xb8e1_afed_6a26_7e96,
         );
         let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
         a.write(bytes);
@@ -251,5 +254,24 @@ mod tests {
         let projected = b.project(&[3, 0, 1, 2]).unwrap();
         let p = Identities::of_batch(Table::HostWindows, &projected);
         assert_eq!(p.digest(0), ids.digest(0));
+    }
+
+    #[test]
+    fn digests_have_128_bits_both_words_vary() {
+        // Both 64-bit words of a digest depend on the input: a word that
+        // is constant (a hasher seeded to zero) leaves 64 bits, and two of
+        // 1e7 task ids would share a digest with a chance of 3 in a million.
+        let n = 10_000;
+        let (mut high, mut low) = (
+            std::collections::HashSet::new(),
+            std::collections::HashSet::new(),
+        );
+        for i in 0..n {
+            let (h, l) = key_digest(&[&format!("task-{i}")]);
+            high.insert(h);
+            low.insert(l);
+        }
+        assert_eq!(high.len(), n, "high words");
+        assert_eq!(low.len(), n, "low words");
     }
 }

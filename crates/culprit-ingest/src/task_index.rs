@@ -6,25 +6,34 @@
 //! task id to run that covers every task it has seen: one entry per task,
 //! which is what memory would grow by with the input. The first tasks, up
 //! to a number ([`DEFAULT_MEMORY_TASKS`]), stay in memory for the whole
-//! ingest (with interchange files, tasks are read in the order their
-//! windows come); the tasks after them are held a quarter as many at a
-//! time, then sorted by key and written as a sorted file of fixed-size
-//! records (a "run") in a temporary folder. Runs are merged size-tiered
-//! (the two newest while the older is not twice the newer), so there are
-//! about log2(spilled / held) of them and each task is rewritten about as
-//! many times. A key not in memory is looked up in the runs, newest first:
-//! a Bloom filter per run skips the runs without it, a
-//! small in-memory index (the first key of every block of [`BLOCK`]
-//! records) names the one block to read (one `pread` of 912 bytes, served
-//! by the page cache, which is not the process's memory), and the tasks
-//! found lately are cached. The folder is removed when the index is
-//! dropped.
+//! ingest; the tasks after them are appended to a file in the order they
+//! come (the "log"), held a quarter as many at a time, then sorted by key
+//! and written as a sorted file of fixed-size records (a "run") in a
+//! temporary folder. Runs are merged size-tiered (the two newest while the
+//! older is not twice the newer), so there are about log2(spilled / held)
+//! of them and each task is rewritten about as many times.
+//!
+//! A key not in memory is looked up in two ways:
+//! - **In the order of the input.** Window rows usually come in the order of
+//!   their tasks (a converter writes a task's windows after another's, in
+//!   the order it wrote the tasks). Once two lookups found tasks close
+//!   together in the log, the log is read on from there in growing chunks
+//!   (a cursor), and the next tasks are found in the chunk: no search, one
+//!   sequential read per thousand tasks (at 1e7 tasks the lookups of the
+//!   runs, one `pread` a task, were a quarter of the ingest).
+//! - **By key**, newest run first: a Bloom filter per run (one cache line a
+//!   key) skips the runs without it, a small in-memory index (the first key
+//!   of every block of [`BLOCK`] records) names the one block to read (one
+//!   `pread` of 1 KiB, served by the page cache, which is not the process's
+//!   memory), and the tasks found lately are cached.
+//!
+//! The folder is removed when the index is dropped.
 //!
 //! Memory is then the maps (at most 1.25 [`DEFAULT_MEMORY_TASKS`]
-//! entries, 40 MiB), the cache of tasks found (5.5 MiB), and per task
-//! spilled a byte of block index, 1.25 bytes of Bloom filter and a
-//! bit for the windows written ([`TaskIndex::note_windows`]), whatever the
-//! input's size.
+//! entries, 40 MiB), the cache of tasks found (4 MiB), the cursor's chunk
+//! (at most 128 KiB), and per task spilled a byte of block index, 1.25
+//! bytes of Bloom filter and a bit for the windows written
+//! ([`TaskIndex::note_windows`]), whatever the input's size.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -66,7 +75,7 @@ pub type KeyMap<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
 /// A set of [`Key`] digests.
 pub type KeySet = HashSet<Key, BuildHasherDefault<KeyHasher>>;
 
-/// Entries of the cache of tasks found in the run (a power of two).
+/// Entries of the cache of tasks found in the runs (a power of two).
 const FOUND_CACHE: usize = 1 << 16;
 
 /// The first tasks held in memory for the whole ingest: 7/8 of 2^19, so
@@ -74,12 +83,21 @@ const FOUND_CACHE: usize = 1 << 16;
 /// The tasks after them are held a quarter as many at a time (8 MiB).
 pub const DEFAULT_MEMORY_TASKS: usize = 458_752;
 
-/// Records per block of a run: what one lookup reads (912 bytes).
+/// Records per block of a run: what one lookup by key reads (1 KiB).
 const BLOCK: usize = 16;
 
-/// Bytes of a record in a run: the key, the span, and whether windows of
-/// the task were written (see [`TaskIndex::note_windows`]).
-const RECORD: usize = 57;
+/// Bytes of a record in a run or the log: the key, the span, and the
+/// task's place in the log.
+const RECORD: usize = 64;
+
+/// How far past the cursor a task is looked for (tasks without windows
+/// between two with).
+const AHEAD: usize = 16;
+
+/// Records the cursor reads first, and at most (it doubles each time its
+/// chunk is used up).
+const CURSOR_FIRST: usize = 64;
+const CURSOR_MOST: usize = 2048;
 
 /// No host bucket (a task stored before this ingest: its host is not read).
 pub const NO_BUCKET: u32 = u32::MAX;
@@ -102,7 +120,7 @@ pub struct TaskSpan {
 }
 
 impl TaskSpan {
-    fn encode(&self, key: Key, windows: bool, out: &mut [u8]) {
+    fn encode(&self, key: Key, pos: u64, out: &mut [u8]) {
         let fields = [
             key.0,
             key.1,
@@ -116,23 +134,25 @@ impl TaskSpan {
         }
         out[48..52].copy_from_slice(&self.file.to_le_bytes());
         out[52..56].copy_from_slice(&self.bucket.to_le_bytes());
-        out[56] = u8::from(windows);
+        out[56..64].copy_from_slice(&pos.to_le_bytes());
     }
 
-    fn decode(bytes: &[u8]) -> (Key, TaskSpan, bool) {
+    fn decode(bytes: &[u8]) -> (Key, Found) {
         let u = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8"));
         let w = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
         (
             (u(0), u(1)),
-            TaskSpan {
-                launch: u(2) as i64,
-                finish: u(3) as i64,
-                ready: u(4) as i64,
-                origin: u(5),
-                file: w(48),
-                bucket: w(52),
+            Found {
+                span: TaskSpan {
+                    launch: u(2) as i64,
+                    finish: u(3) as i64,
+                    ready: u(4) as i64,
+                    origin: u(5),
+                    file: w(48),
+                    bucket: w(52),
+                },
+                pos: u(7),
             },
-            bytes[56] != 0,
         )
     }
 }
@@ -142,6 +162,13 @@ fn key_of(bytes: &[u8]) -> Key {
     (u(0), u(1))
 }
 
+/// A spilled task: its span and its place in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Found {
+    span: TaskSpan,
+    pos: u64,
+}
+
 /// A sorted file of spilled tasks.
 struct Run {
     path: PathBuf,
@@ -149,19 +176,15 @@ struct Run {
     records: usize,
     /// The first key of each block.
     firsts: Vec<Key>,
-    /// Per record: windows of its task were written since the run was
-    /// (the record's own flag says whether before). A bit a task.
-    windows: Vec<u64>,
     /// Which keys may be in the run: a lookup reads only the runs that
     /// may hold its key (a new task, known nowhere, reads none at all).
-    bloom: Option<Bloom>,
+    bloom: Bloom,
 }
 
 impl Run {
-    /// The record of `key`: its place in the run, the span, and whether
-    /// windows of the task were written before the run was.
-    fn get(&self, key: &Key) -> io::Result<Option<(usize, TaskSpan, bool)>> {
-        if self.bloom.as_ref().is_some_and(|b| !b.may_hold(key)) {
+    /// The record of `key`, if the run has it.
+    fn get(&self, key: &Key) -> io::Result<Option<Found>> {
+        if !self.bloom.may_hold(key) {
             return Ok(None);
         }
         let block = self.firsts.partition_point(|k| k <= key);
@@ -180,69 +203,69 @@ impl Run {
             match key_of(rec).cmp(key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => {
-                    let (_, span, windows) = TaskSpan::decode(rec);
-                    return Ok(Some((start + mid, span, windows)));
-                }
+                std::cmp::Ordering::Equal => return Ok(Some(TaskSpan::decode(rec).1)),
             }
         }
         Ok(None)
     }
 
-    fn windows_since(&self, at: usize) -> bool {
-        self.windows[at / 64] & (1 << (at % 64)) != 0
-    }
-
-    /// Its records in key order, with the windows flag (the record's or
-    /// set since).
-    fn records(&self) -> io::Result<impl Iterator<Item = io::Result<(Key, TaskSpan, bool)>> + '_> {
+    /// Its records in key order.
+    fn records(&self) -> io::Result<impl Iterator<Item = io::Result<(Key, Found)>> + '_> {
         let mut r = BufReader::with_capacity(1 << 16, File::open(&self.path)?);
         let mut rec = [0u8; RECORD];
-        Ok((0..self.records).map(move |at| {
+        Ok((0..self.records).map(move |_| {
             r.read_exact(&mut rec)?;
-            let (key, span, windows) = TaskSpan::decode(&rec);
-            Ok((key, span, windows || self.windows_since(at)))
+            Ok(TaskSpan::decode(&rec))
         }))
     }
 }
 
-/// A Bloom filter of keys: 10 bits and 7 probes a key (about 1% of the
-/// keys not held pass).
+/// 512 bits, one cache line: the part of a [`Bloom`] filter one key sets.
+#[derive(Clone, Copy)]
+#[repr(align(64))]
+struct Line([u64; 8]);
+
+/// A blocked Bloom filter of keys: about 10 bits a key, 7 probes, all in
+/// one cache line picked by the key (about 1.5% of the keys not held
+/// pass). A new task tests the filter of every run: one cache miss each.
 struct Bloom {
-    bits: Vec<u64>,
+    lines: Vec<Line>,
 }
 
 impl Bloom {
     fn new(keys: usize) -> Bloom {
         Bloom {
-            bits: vec![0; (keys * 10).div_ceil(64).max(1)],
+            lines: vec![Line([0; 8]); (keys * 10).div_ceil(512).max(1)],
         }
     }
 
-    /// The bits of `key` in a filter of `m` bits (a free function: adding
-    /// sets them while it computes them, with nothing allocated).
-    fn probes(m: u64, key: &Key) -> impl Iterator<Item = usize> {
-        let (a, b) = (key.0, key.1 | 1);
-        // Each probe's hash mapped onto [0, m) by a multiply (no division:
-        // a new task tests every run's filter).
-        (0..7u64).map(move |i| {
-            let h = a.wrapping_add(i.wrapping_mul(b));
-            ((u128::from(h) * u128::from(m)) >> 64) as usize
-        })
-    }
-
-    fn size(&self) -> u64 {
-        (self.bits.len() * 64) as u64
+    /// The line of `key` and its 7 bits there (9 bits each of the key's
+    /// second word).
+    fn probes(&self, key: &Key) -> (usize, impl Iterator<Item = (usize, u64)>) {
+        // Mapped onto the lines by a multiply (no division).
+        let line = ((u128::from(key.0) * self.lines.len() as u128) >> 64) as usize;
+        let b = key.1;
+        (
+            line,
+            (0..7).map(move |i| {
+                let bit = (b >> (i * 9)) & 511;
+                ((bit / 64) as usize, 1u64 << (bit % 64))
+            }),
+        )
     }
 
     fn add(&mut self, key: &Key) {
-        for p in Self::probes(self.size(), key) {
-            self.bits[p / 64] |= 1 << (p % 64);
+        let (line, bits) = self.probes(key);
+        let line = &mut self.lines[line].0;
+        for (word, bit) in bits {
+            line[word] |= bit;
         }
     }
 
     fn may_hold(&self, key: &Key) -> bool {
-        Self::probes(self.size(), key).all(|p| self.bits[p / 64] & (1 << (p % 64)) != 0)
+        let (line, mut bits) = self.probes(key);
+        let line = &self.lines[line].0;
+        bits.all(|(word, bit)| line[word] & bit != 0)
     }
 }
 
@@ -276,12 +299,12 @@ impl RunWriter {
         })
     }
 
-    fn put(&mut self, key: Key, span: &TaskSpan, windows: bool) -> io::Result<()> {
+    fn put(&mut self, key: Key, found: &Found) -> io::Result<()> {
         if self.records.is_multiple_of(BLOCK) {
             self.firsts.push(key);
         }
         self.bloom.add(&key);
-        span.encode(key, windows, &mut self.buf);
+        found.span.encode(key, found.pos, &mut self.buf);
         self.records += 1;
         self.out.write_all(&self.buf)
     }
@@ -291,22 +314,33 @@ impl RunWriter {
         Ok(Run {
             path: self.path,
             file: self.file,
-            windows: vec![0; self.records.div_ceil(64)],
             records: self.records,
             firsts: self.firsts,
-            bloom: Some(self.bloom),
+            bloom: self.bloom,
         })
     }
 }
 
-/// A task of a run: which run, its place there, its span, and whether
-/// windows of it were written before the run was.
-#[derive(Clone, Copy)]
-struct Found {
-    run: usize,
-    at: usize,
-    span: TaskSpan,
-    windows: bool,
+/// The spilled tasks in the order they came.
+struct Log {
+    file: File,
+    out: BufWriter<File>,
+    /// Records appended.
+    records: u64,
+    /// Records written through to the file (readable by the cursor).
+    flushed: u64,
+}
+
+/// A chunk of the log, read on while lookups find the tasks in it in
+/// order.
+struct Cursor {
+    /// The log's place of `tasks[0]`.
+    start: u64,
+    tasks: Vec<(Key, Found)>,
+    /// Where the next task is expected.
+    next: usize,
+    /// Records to read at the next refill.
+    chunk: usize,
 }
 
 /// The tasks known: maps in memory up to a limit, the rest in sorted runs
@@ -315,21 +349,31 @@ pub struct TaskIndex {
     /// The first tasks, up to `limit`, for the whole ingest: the span, and
     /// whether windows of the task were written.
     memory: KeyMap<(TaskSpan, bool)>,
-    /// The tasks after them, up to `limit / 4`, until they are spilled.
-    recent: KeyMap<(TaskSpan, bool)>,
+    /// The tasks after them, up to `limit / 4`, until they are spilled:
+    /// the span and the place in the log.
+    recent: KeyMap<(TaskSpan, u64)>,
     limit: usize,
     /// Oldest first; each at least twice the size of the next.
     runs: Vec<Run>,
+    log: Option<Log>,
+    /// Per task of the log: windows of it were written
+    /// ([`TaskIndex::note_windows`]). A bit a task.
+    windows: Vec<u64>,
+    cursor: Option<Cursor>,
+    /// The log's place of the last task found in the runs.
+    last_found: Option<u64>,
     /// Tasks found in the runs lately, by the low bits of their key (one
-    /// entry a slot), with their place: the windows of a task come
-    /// together or close in time, so most lookups of a spilled task are
-    /// served here, not by a read. 65,536 entries, about 5.5 MiB.
+    /// entry a slot): the windows of a task come together or close in
+    /// time, so most lookups of a spilled task are served here, not by a
+    /// read. 65,536 entries, 4 MiB.
     found: Vec<Option<(Key, Found)>>,
     /// The tasks whose windows the current write holds ([`TaskIndex::note_windows`]).
     current: KeySet,
     dir: Option<PathBuf>,
     spills: usize,
     next_run: usize,
+    /// Lookups by key in the runs (the cursor's misses).
+    searched: usize,
     /// The first error reading or writing a run: the ingest fails with
     /// it ([`TaskIndex::take_error`]).
     error: Option<io::Error>,
@@ -358,11 +402,16 @@ impl TaskIndex {
             recent: KeyMap::default(),
             limit: limit.max(1),
             runs: Vec::new(),
+            log: None,
+            windows: Vec::new(),
+            cursor: None,
+            last_found: None,
             found: Vec::new(),
             current: KeySet::default(),
             dir: None,
             spills: 0,
             next_run: 0,
+            searched: 0,
             error: None,
         }
     }
@@ -379,36 +428,99 @@ impl TaskIndex {
     /// The task with this key, if known. A failed read of a run is kept
     /// ([`TaskIndex::take_error`]) and the task taken as unknown.
     pub fn get(&mut self, key: &Key) -> Option<TaskSpan> {
-        if let Some((span, _)) = self.memory.get(key).or_else(|| self.recent.get(key)) {
+        if let Some((span, _)) = self.memory.get(key) {
             return Some(*span);
         }
-        self.in_runs(key).map(|f| f.span)
+        if let Some((span, _)) = self.recent.get(key) {
+            return Some(*span);
+        }
+        self.spilled(key).map(|f| f.span)
     }
 
-    /// The task with this key in the runs, with its place there (through
-    /// the cache of tasks found lately).
-    fn in_runs(&mut self, key: &Key) -> Option<Found> {
+    /// A spilled task: through the cache of tasks found lately, then the
+    /// cursor, then the runs.
+    fn spilled(&mut self, key: &Key) -> Option<Found> {
+        if self.runs.is_empty() {
+            return None;
+        }
         let slot = key.1 as usize & (FOUND_CACHE - 1);
         if let Some(Some((k, found))) = self.found.get(slot) {
             if k == key {
                 return Some(*found);
             }
         }
-        for (run, r) in self.runs.iter().enumerate().rev() {
+        let found = match self.at_cursor(key) {
+            Some(found) => Some(found),
+            None => self.in_runs(key),
+        }?;
+        if self.found.is_empty() {
+            self.found = vec![None; FOUND_CACHE];
+        }
+        self.found[slot] = Some((*key, found));
+        Some(found)
+    }
+
+    /// The task at the cursor or just past it (reading the log on when the
+    /// chunk is used up).
+    fn at_cursor(&mut self, key: &Key) -> Option<Found> {
+        let mut ahead = AHEAD;
+        loop {
+            let c = self.cursor.as_mut()?;
+            let end = (c.next + ahead).min(c.tasks.len());
+            if let Some(off) = c.tasks[c.next..end].iter().position(|(k, _)| k == key) {
+                let at = c.next + off;
+                c.next = at + 1;
+                return Some(c.tasks[at].1);
+            }
+            ahead -= end - c.next;
+            if ahead == 0 {
+                return None;
+            }
+            // The chunk is used up: the log read on.
+            let (start, n) = (c.start + c.tasks.len() as u64, c.chunk);
+            match self.read_log(start, n) {
+                Ok(tasks) if !tasks.is_empty() => {
+                    self.cursor = Some(Cursor {
+                        start,
+                        tasks,
+                        next: 0,
+                        chunk: (n * 2).min(CURSOR_MOST),
+                    });
+                }
+                Ok(_) => return None,
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    self.cursor = None;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Up to `n` tasks of the log from place `start` (those written
+    /// through to its file).
+    fn read_log(&self, start: u64, n: usize) -> io::Result<Vec<(Key, Found)>> {
+        let Some(log) = &self.log else {
+            return Ok(Vec::new());
+        };
+        let n = (log.flushed.saturating_sub(start) as usize).min(n);
+        let mut buf = vec![0u8; n * RECORD];
+        log.file.read_exact_at(&mut buf, start * RECORD as u64)?;
+        Ok(buf.chunks_exact(RECORD).map(TaskSpan::decode).collect())
+    }
+
+    /// The task with this key in the runs, newest first. A task found
+    /// shortly after the one found before it (in the log's order) puts the
+    /// cursor just past it: the lookups follow the input's order.
+    fn in_runs(&mut self, key: &Key) -> Option<Found> {
+        self.searched += 1;
+        let mut hit = None;
+        for r in self.runs.iter().rev() {
             match r.get(key) {
                 Ok(None) => {}
-                Ok(Some((at, span, windows))) => {
-                    if self.found.is_empty() {
-                        self.found = vec![None; FOUND_CACHE];
-                    }
-                    let found = Found {
-                        run,
-                        at,
-                        span,
-                        windows,
-                    };
-                    self.found[slot] = Some((*key, found));
-                    return Some(found);
+                Ok(Some(found)) => {
+                    hit = Some(found);
+                    break;
                 }
                 Err(e) => {
                     self.error.get_or_insert(e);
@@ -416,7 +528,27 @@ impl TaskIndex {
                 }
             }
         }
-        None
+        let found = hit?;
+        let close = self
+            .last_found
+            .is_some_and(|last| found.pos > last && found.pos - last <= AHEAD as u64);
+        self.last_found = Some(found.pos);
+        if close {
+            match self.read_log(found.pos + 1, CURSOR_FIRST) {
+                Ok(tasks) => {
+                    self.cursor = Some(Cursor {
+                        start: found.pos + 1,
+                        tasks,
+                        next: 0,
+                        chunk: CURSOR_FIRST * 2,
+                    })
+                }
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                }
+            }
+        }
+        Some(found)
     }
 
     /// A new write of window rows begins ([`TaskIndex::note_windows`]).
@@ -428,7 +560,7 @@ impl TaskIndex {
     /// whether an earlier write of this ingest held windows of it too:
     /// only then can one of its rows be a duplicate of a row written, and
     /// the files written need to be read for it. Memory: the tasks of the
-    /// current write, and a bit per task in the runs.
+    /// current write, and a bit per task in the log.
     pub fn note_windows(&mut self, key: &Key) -> bool {
         if self.current.contains(key) {
             return false;
@@ -437,18 +569,19 @@ impl TaskIndex {
         if let Some((_, windows)) = self.memory.get_mut(key) {
             return std::mem::replace(windows, true);
         }
-        if let Some((_, windows)) = self.recent.get_mut(key) {
-            return std::mem::replace(windows, true);
-        }
-        let Some(Found {
-            run, at, windows, ..
-        }) = self.in_runs(key)
-        else {
+        let pos = match self.recent.get(key) {
+            Some((_, pos)) => *pos,
+            None => match self.spilled(key) {
+                Some(found) => found.pos,
+                None => return false,
+            },
+        };
+        let (word, bit) = ((pos / 64) as usize, 1u64 << (pos % 64));
+        let Some(w) = self.windows.get_mut(word) else {
             return false;
         };
-        let run = &mut self.runs[run];
-        let before = windows || run.windows_since(at);
-        run.windows[at / 64] |= 1 << (at % 64);
+        let before = *w & bit != 0;
+        *w |= bit;
         before
     }
 
@@ -476,12 +609,49 @@ impl TaskIndex {
     }
 
     fn insert_recent(&mut self, key: Key, span: TaskSpan) {
-        self.recent.insert(key, (span, false));
+        let pos = match self.append(key, &span) {
+            Ok(pos) => pos,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                return;
+            }
+        };
+        self.recent.insert(key, (span, pos));
         if self.recent.len() >= self.recent_limit() {
             if let Err(e) = self.spill() {
                 self.error.get_or_insert(e);
             }
         }
+    }
+
+    /// Appends a task to the log: its place there.
+    fn append(&mut self, key: Key, span: &TaskSpan) -> io::Result<u64> {
+        if self.log.is_none() {
+            let path = self.dir()?.join("tasks.log");
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            self.log = Some(Log {
+                out: BufWriter::with_capacity(1 << 16, file.try_clone()?),
+                file,
+                records: 0,
+                flushed: 0,
+            });
+        }
+        let log = self.log.as_mut().expect("a log");
+        let pos = log.records;
+        let mut rec = [0u8; RECORD];
+        span.encode(key, pos, &mut rec);
+        log.out.write_all(&rec)?;
+        log.records += 1;
+        let words = (log.records as usize).div_ceil(64);
+        if self.windows.len() < words {
+            self.windows.resize(words, 0);
+        }
+        Ok(pos)
     }
 
     /// The first error of a run, if any (an ingest that saw one fails).
@@ -515,16 +685,21 @@ impl TaskIndex {
     /// halve in size from the oldest: a few dozen at most, and each task
     /// is rewritten about log2(tasks / limit) times, not once per spill).
     fn spill(&mut self) -> io::Result<()> {
-        let mut fresh: Vec<(Key, (TaskSpan, bool))> =
-            std::mem::take(&mut self.recent).into_iter().collect();
+        if let Some(log) = &mut self.log {
+            log.out.flush()?;
+            log.flushed = log.records;
+        }
+        let mut fresh: Vec<(Key, Found)> = std::mem::take(&mut self.recent)
+            .into_iter()
+            .map(|(k, (span, pos))| (k, Found { span, pos }))
+            .collect();
         fresh.sort_unstable_by_key(|e| e.0);
         self.spills += 1;
-        // Places in the runs change.
-        self.found.clear();
         let mut w = RunWriter::create(self.run_path()?, fresh.len())?;
-        for (k, (s, f)) in fresh {
-            w.put(k, &s, f)?;
+        for (k, f) in &fresh {
+            w.put(*k, f)?;
         }
+        drop(fresh);
         self.runs.push(w.finish()?);
         while self.runs.len() >= 2 {
             let n = self.runs.len();
@@ -540,15 +715,15 @@ impl TaskIndex {
             }
             self.runs.push(merged);
         }
-        // The oldest run keeps its filter too: every new task is a key
-        // known nowhere, and without it each would cost a read of the
+        // Every filter is kept, the oldest run's too: every new task is a
+        // key known nowhere, and without it each would cost a read of the
         // oldest run (half a million reads at 1e6 tasks).
         self.recent = KeyMap::default();
         Ok(())
     }
 
     /// One run of the records of two, in key order (a key in both, which
-    /// `insert_new` does not make: the older's span, either's flag).
+    /// `insert_new` does not make, is kept once: the older's).
     fn merge(&mut self, older: &Run, newer: &Run) -> io::Result<Run> {
         let mut w = RunWriter::create(self.run_path()?, older.records + newer.records)?;
         let mut a = older.records()?.peekable();
@@ -560,21 +735,20 @@ impl TaskIndex {
                 (None, Some(_)) | (_, Some(Err(_))) => false,
                 (Some(Ok(x)), Some(Ok(y))) => x.0 <= y.0,
             };
-            let (key, span, mut windows) = if take_a {
+            let (key, found) = if take_a {
                 a.next().expect("peeked")?
             } else {
                 b.next().expect("peeked")?
             };
             if take_a {
-                while let Some(Ok((k, _, f))) = b.peek() {
+                while let Some(Ok((k, _))) = b.peek() {
                     if *k != key {
                         break;
                     }
-                    windows |= *f;
                     b.next();
                 }
             }
-            w.put(key, &span, windows)?;
+            w.put(key, &found)?;
         }
         w.finish()
     }
@@ -622,6 +796,46 @@ mod tests {
         assert!(dir.exists());
         drop(index);
         assert!(!dir.exists(), "the temporary folder is removed");
+    }
+
+    #[test]
+    fn ingest_index_follows_lookups_in_the_order_tasks_came() {
+        let mut index = TaskIndex::new(1_000);
+        for i in 0..20_000 {
+            index.insert_new(key(i), span(i));
+        }
+        let spilled = 1_000u64..20_000 - 250; // the last 250 are still recent
+                                              // In the order they came, every third task (the others have no
+                                              // windows): a few searches of the runs, the rest at the cursor.
+        for i in spilled.clone().step_by(3) {
+            assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
+        }
+        assert!(index.searched <= 2, "{} searches", index.searched);
+        // Jumps past the cursor's reach: two tasks close together found by
+        // key, then the next ones at the cursor again.
+        let before = index.searched;
+        for i in (5_001..10_000).step_by(300) {
+            for t in [i, i + 3, i + 6, i + 9, i + 12] {
+                assert_eq!(index.get(&key(t)), Some(span(t)), "{t}");
+            }
+        }
+        assert_eq!(index.searched - before, 2 * 17, "two searches a jump");
+        // In another order: every task found by key.
+        let before = index.searched;
+        let n = spilled.end - spilled.start;
+        for j in 0..n {
+            let i = spilled.start + (j * 7_919) % n;
+            assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
+        }
+        assert!(
+            index.searched - before > 10_000,
+            "{}",
+            index.searched - before
+        );
+        for i in 20_000..20_100 {
+            assert_eq!(index.get(&key(i)), None, "{i}");
+        }
+        assert!(index.take_error().is_none());
     }
 
     #[test]
