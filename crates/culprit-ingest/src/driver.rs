@@ -385,10 +385,9 @@ fn digest_part(table: Table, batches: &[RecordBatch]) -> Digested {
         Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
     for (b, batch) in batches.iter().enumerate() {
         let ids = identity::Identities::of_batch(table, batch);
-        for i in 0..batch.num_rows() {
-            let d = ids.digest(i);
+        ids.each_digest(batch.num_rows(), |i, d| {
             ours.push((((d >> 64) as u64, d as u64), b as u32, i as u32));
-        }
+        });
         let time = |c: &str| {
             batch
                 .column_by_name(c)
@@ -1037,11 +1036,35 @@ impl Ctx<'_> {
     /// Interchange files (Parquet, CSV, JSON lines). A Parquet file is
     /// read a chunk of rows at a time (decoded on a thread of its own while
     /// the chunk before is checked and written), the others whole.
+    ///
+    /// The digests of local Parquet files (what says a file was ingested
+    /// before) are computed ahead, on a thread of their own, in order: the
+    /// next file's while this one is read (at most two ahead).
     async fn read_files(&mut self, work: Vec<TableFile>) -> Result<()> {
-        for (table, format, src) in work {
-            let local = match format {
-                Format::Parquet => src.local_digest().await?,
+        let paths: Vec<Option<std::path::PathBuf>> = work
+            .iter()
+            .map(|(_, format, src)| match format {
+                Format::Parquet => src.local_path().map(|p| p.to_path_buf()),
                 _ => None,
+            })
+            .collect();
+        let (tx, mut digests) = tokio::sync::mpsc::channel(2);
+        let ahead: Vec<std::path::PathBuf> = paths.iter().flatten().cloned().collect();
+        std::thread::spawn(move || {
+            for path in ahead {
+                if tx.blocking_send(SourceFile::digest_file(&path)).is_err() {
+                    break; // the ingest stopped
+                }
+            }
+        });
+        for ((table, format, src), path) in work.into_iter().zip(paths) {
+            let local = match path {
+                Some(_) => match digests.recv().await {
+                    Some(Ok(key)) => Some(key),
+                    Some(Err(e)) => return Err(src.digest_error(e)),
+                    None => return Err(src.digest_error(std::io::Error::other("no digest"))),
+                },
+                None => None,
             };
             let (key, bytes) = match local {
                 Some(key) => (key, None),
@@ -1096,7 +1119,7 @@ impl Ctx<'_> {
         src: &SourceFile,
         bytes: Option<bytes::Bytes>,
     ) -> Result<std::result::Result<(), String>> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let path = src.local_path().map(|p| p.to_path_buf());
         std::thread::spawn(move || {
             let chunks = match (path, bytes) {

@@ -68,6 +68,13 @@ impl Digester {
         }
     }
 
+    /// Starts again with a tag byte (the buffer kept: no memset a row).
+    fn reset(&mut self, tag: u8) {
+        self.stack[0] = tag;
+        self.len = 1;
+        self.heap.clear();
+    }
+
     fn put(&mut self, bytes: &[u8]) {
         if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
             self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
@@ -148,7 +155,20 @@ impl<'a> Identities<'a> {
 
     /// The digest of row `i`'s identity.
     pub fn digest(&self, i: usize) -> u128 {
+        self.digest_in(&mut Digester::new(0x5a), i)
+    }
+
+    /// `f(i, digest)` for each of the first `rows` rows, in order (one
+    /// buffer for all).
+    pub fn each_digest(&self, rows: usize, mut f: impl FnMut(usize, u128)) {
         let mut d = Digester::new(0x5a);
+        for i in 0..rows {
+            f(i, self.digest_in(&mut d, i));
+        }
+    }
+
+    fn digest_in(&self, d: &mut Digester, i: usize) -> u128 {
+        d.reset(0x5a);
         for part in &self.parts {
             match part {
                 Part::Text(Some(s)) if s.is_valid(i) => {

@@ -50,32 +50,27 @@ impl SourceFile {
         }
     }
 
-    /// The hex SHA-256 of a local file's bytes, read 1 MiB at a time (on
-    /// the blocking pool): memory holds a buffer, not the file.
-    pub async fn local_digest(&self) -> Result<Option<String>> {
+    /// The SHA-256 of a local file's bytes, read a MiB at a time (the
+    /// file is not held): what names the file in the manifest.
+    pub fn digest_file(path: &FsPath) -> std::io::Result<String> {
         use sha2::{Digest, Sha256};
         use std::io::Read;
-        let Some(path) = self.local_path().map(FsPath::to_path_buf) else {
-            return Ok(None);
-        };
-        let name = self.name.clone();
-        let digest = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-            let mut file = std::fs::File::open(&path)?;
-            let mut hasher = Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = file.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
+        let mut file = std::fs::File::open(path)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
             }
-            Ok(hex::encode(hasher.finalize()))
-        })
-        .await
-        .map_err(|e| source_err(&name, format!("cannot read: {e}")))?
-        .map_err(|e| source_err(&name, format!("cannot read: {e}")))?;
-        Ok(Some(digest))
+            hasher.update(&buf[..n]);
+        }
+        Ok(hex::encode(hasher.finalize()))
+    }
+
+    /// [`SourceFile::digest_file`]'s error, named by the file.
+    pub fn digest_error(&self, e: std::io::Error) -> crate::error::IngestError {
+        source_err(&self.name, format!("cannot read: {e}"))
     }
 
     /// Reads the whole file.
