@@ -399,7 +399,7 @@ fn digest_part(table: Table, batches: &[RecordBatch]) -> Digested {
             span = Some(span.map_or((first, last), |(a, z)| (a.min(first), z.max(last))));
         }
     }
-    ours.sort_unstable();
+    sort_digests(&mut ours);
     let mut dups: Vec<(u32, u32, u32, u32)> = Vec::new();
     ours.dedup_by(|later, first| {
         let same = later.0 == first.0;
@@ -410,6 +410,38 @@ fn digest_part(table: Table, batches: &[RecordBatch]) -> Digested {
     });
     dups.sort_unstable();
     Digested { ours, dups, span }
+}
+
+/// Sorts digests with their places (as `sort_unstable` does: by digest,
+/// then place). Digests are uniform, so one pass spreads them by their top
+/// 16 bits into as many buckets (a few entries each), each then sorted on
+/// its own: about three times faster than a comparison sort of the whole
+/// (which was a tenth of the ingest's main thread).
+fn sort_digests(ours: &mut Vec<((u64, u64), u32, u32)>) {
+    const BITS: u32 = 16;
+    if ours.len() < 1 << 12 {
+        ours.sort_unstable();
+        return;
+    }
+    let bucket = |e: &((u64, u64), u32, u32)| (e.0 .0 >> (64 - BITS)) as usize;
+    let mut starts = vec![0usize; (1 << BITS) + 1];
+    for e in ours.iter() {
+        starts[bucket(e) + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut next = starts.clone();
+    let mut sorted = vec![((0u64, 0u64), 0u32, 0u32); ours.len()];
+    for e in ours.iter() {
+        let b = bucket(e);
+        sorted[next[b]] = *e;
+        next[b] += 1;
+    }
+    for w in starts.windows(2) {
+        sorted[w[0]..w[1]].sort_unstable();
+    }
+    *ours = sorted;
 }
 
 /// The `task_windows` rows of a write that may be duplicates of rows
@@ -1119,7 +1151,7 @@ impl Ctx<'_> {
         src: &SourceFile,
         bytes: Option<bytes::Bytes>,
     ) -> Result<std::result::Result<(), String>> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
         let path = src.local_path().map(|p| p.to_path_buf());
         std::thread::spawn(move || {
             let chunks = match (path, bytes) {
@@ -1421,6 +1453,41 @@ impl Ctx<'_> {
             self.report.notes.push(format!(
                 "{name}: the last line is cut (the log is in progress); it is read when complete"
             ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sort_digests;
+
+    #[test]
+    fn digests_sort_as_a_comparison_sort_does() {
+        // Uniform digests, some repeated at other places (duplicates), and
+        // some sharing their top bits: the order of `sort_unstable`.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in [0, 1, 100, 5_000, 200_000] {
+            let mut ours: Vec<((u64, u64), u32, u32)> = Vec::with_capacity(n);
+            for i in 0..n {
+                let d = match i % 10 {
+                    // A copy of an earlier row's digest.
+                    3 if i > 0 => ours[(next() as usize) % i].0,
+                    // The same top bits as an earlier one.
+                    7 if i > 0 => (ours[i - 1].0 .0 ^ (next() >> 20), next()),
+                    _ => (next(), next()),
+                };
+                ours.push((d, (next() % 7) as u32, i as u32));
+            }
+            let mut want = ours.clone();
+            want.sort_unstable();
+            sort_digests(&mut ours);
+            assert_eq!(ours, want, "{n} digests");
         }
     }
 }
