@@ -219,6 +219,9 @@ pub async fn ingest(
     let read = ctx.read_all(work, logs).await;
     let (pending, written) = ctx.land().await;
     let read = read.and(written);
+    // A failed read of the task index in the last writes (after the last
+    // check that took its error) fails the ingest too.
+    let read = read.and(known.tasks.take_error().map_or(Ok(()), |e| Err(e.into())));
     report.index_spills = known.tasks.spills();
     progress.finish();
     end_batch(pending, read, opts, &mut report).await?;
@@ -456,15 +459,18 @@ struct LookUp {
 }
 
 /// The most hosts whose written `host_windows` rows an ingest keeps track
-/// of ([`Ctx::host_rows_to_look_up`]): 40 MiB at most; past them every
-/// row is looked up.
-const HOSTS_TRACKED: usize = 1 << 20;
+/// of ([`Ctx::host_rows_to_look_up`]): 65,536 (about 9 MiB, an entry and
+/// its hash table slots); past them every row is looked up.
+const HOSTS_TRACKED: usize = 1 << 16;
 
 /// The hosts whose `host_windows` rows were written in this ingest.
 #[derive(Default)]
 struct HostsWritten {
     /// Writes of `host_windows` rows so far.
     writes: u32,
+    /// Past [`HOSTS_TRACKED`] hosts, or a write whose rows lacked the
+    /// checked columns: every row of every later write is looked up.
+    untracked: bool,
     seen: KeyMap<HostWritten>,
 }
 
@@ -929,13 +935,15 @@ impl Ctx<'_> {
     /// none: the files written are not read again for every part, which
     /// made the look-up quadratic (40 s of 10.5e6 host rows). `None` (every
     /// row looked up, the files of the part's time read) past
-    /// [`HOSTS_TRACKED`] hosts, or when the rows lack the checked columns.
+    /// [`HOSTS_TRACKED`] hosts (checked before each write), or when the
+    /// rows lack the checked columns, and for every write after that.
     fn host_rows_to_look_up(&mut self, batches: &[RecordBatch]) -> Option<LookUp> {
         use arrow::array::{Array, AsArray};
         use arrow::datatypes::TimestampMicrosecondType;
         let last_is_ours = matches!(&self.last_part, Some((t, _)) if *t == Table::HostWindows);
         let hosts = &mut self.hosts_written;
-        if hosts.seen.len() > HOSTS_TRACKED {
+        if hosts.untracked || hosts.seen.len() > HOSTS_TRACKED {
+            hosts.untracked = true;
             return None;
         }
         hosts.writes += 1;
@@ -958,6 +966,8 @@ impl Ctx<'_> {
                     .column_by_name("window_end")
                     .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
             ) else {
+                // This write's hosts go untracked: so do all later ones.
+                hosts.untracked = true;
                 return None;
             };
             let mut rows = vec![false; batch.num_rows()];

@@ -612,6 +612,12 @@ impl TaskIndex {
     }
 
     fn insert_recent(&mut self, key: Key, span: TaskSpan) {
+        // A key given twice (a store holding a task twice) keeps its first
+        // record: one place in the log, so one windows bit, whichever way
+        // it is found.
+        if self.recent.contains_key(&key) {
+            return;
+        }
         let pos = match self.append(key, &span) {
             Ok(pos) => pos,
             Err(e) => {
@@ -807,9 +813,9 @@ mod tests {
         for i in 0..20_000 {
             index.insert_new(key(i), span(i));
         }
-        let spilled = 1_000u64..20_000 - 250; // the last 250 are still recent
-                                              // In the order they came, every third task (the others have no
-                                              // windows): a few searches of the runs, the rest at the cursor.
+        let spilled = 1_000u64..20_000; // 76 spills of 250, none left recent
+                                        // In the order they came, every third task (the others have no
+                                        // windows): a few searches of the runs, the rest at the cursor.
         for i in spilled.clone().step_by(3) {
             assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
         }
@@ -839,6 +845,41 @@ mod tests {
             assert_eq!(index.get(&key(i)), None, "{i}");
         }
         assert!(index.take_error().is_none());
+    }
+
+    #[test]
+    fn ingest_index_cursor_resumes_past_what_was_spilled_when_more_is() {
+        let mut index = TaskIndex::new(100);
+        for i in 0..1_000 {
+            index.insert_new(key(i), span(i));
+        }
+        // In order up to the end of the log written so far...
+        for i in 100..1_000 {
+            assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
+        }
+        let searched = index.searched;
+        assert!(searched <= 2, "{searched}");
+        // ...then more tasks are spilled, and the lookups in order go on at
+        // the cursor, which reads on where it stopped.
+        for i in 1_000..2_000 {
+            index.insert_new(key(i), span(i));
+        }
+        for i in 1_000..2_000 {
+            assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
+        }
+        assert!(
+            index.searched - searched <= 2,
+            "{}",
+            index.searched - searched
+        );
+        // A stored task given twice keeps one record (its first span).
+        let mut twice = TaskIndex::new(1);
+        twice.insert_stored(key(5), span(5));
+        twice.insert_stored(key(6), span(6));
+        twice.insert_stored(key(6), span(7));
+        twice.insert_stored(key(7), span(7));
+        assert_eq!(twice.get(&key(6)), Some(span(6)));
+        assert!(twice.take_error().is_none());
     }
 
     #[test]
