@@ -41,6 +41,35 @@ fn run_measured(args: &[&str]) -> (String, u64) {
     (text, peak * 1024)
 }
 
+/// Ingests folder `dir` into `store` and checks that exactly the rows
+/// `copies` (numbered from 1) of `file` are rejected, each as a duplicate
+/// window; returns what the ingest printed.
+fn ingest_rejecting_copies(
+    store: &str,
+    dir: &std::path::Path,
+    file: &std::path::Path,
+    copies: &[usize],
+) -> String {
+    let out = culprit()
+        .args(["ingest", "--store", store, dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let shown = file.display().to_string();
+    for row in copies {
+        assert!(
+            text.contains(&format!("{shown}: row {row}: duplicate window")),
+            "row {row} is not rejected: {text}"
+        );
+    }
+    assert!(
+        text.contains(&format!("rejected {}", copies.len())),
+        "{text}"
+    );
+    text
+}
+
 fn sql(store: &str, query: &str) -> Vec<String> {
     let out = run_ok(&["sql", "--store", store, "--format", "csv", query]);
     out.lines().skip(1).map(str::to_string).collect()
@@ -178,24 +207,8 @@ async fn ingest_streams_an_input_larger_than_its_buffers() {
         arrow::compute::take_record_batch(&all, &arrow::array::UInt32Array::from(order)).unwrap();
     write(&dup.join("task_windows.parquet"), &[with_dup]);
     let fresh = tmp.path().join("fresh").to_str().unwrap().to_string();
-    let out = culprit()
-        .args(["ingest", "--store", &fresh, dup.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    let file = dup.join("task_windows.parquet").display().to_string();
-    for row in &copies {
-        assert!(
-            text.contains(&format!("{file}: row {row}: duplicate window")),
-            "row {row} is not rejected: {text}"
-        );
-    }
+    ingest_rejecting_copies(&fresh, &dup, &dup.join("task_windows.parquet"), &copies);
     assert!(copies.len() > 50, "{}", copies.len());
-    assert!(
-        text.contains(&format!("rejected {}", copies.len())),
-        "{text}"
-    );
     let got = sql(&fresh, "SELECT count(*) FROM task_windows");
     assert_eq!(got[0].parse::<usize>().unwrap(), n_windows);
 
@@ -264,24 +277,8 @@ async fn host_window_copies_far_apart_are_rejected() {
     let file = dir.join("host_windows.parquet");
     write(&file, &[with_dup]);
     let store = tmp.path().join("store").to_str().unwrap().to_string();
-    let out = culprit()
-        .args(["ingest", "--store", &store, dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    let shown = file.display().to_string();
-    for row in &copies {
-        assert!(
-            text.contains(&format!("{shown}: row {row}: duplicate window")),
-            "row {row} is not rejected: {text}"
-        );
-    }
+    let text = ingest_rejecting_copies(&store, &dir, &file, &copies);
     assert!(copies.len() > 20, "{}", copies.len());
-    assert!(
-        text.contains(&format!("rejected {}", copies.len())),
-        "{text}"
-    );
     let got = sql(
         &store,
         "SELECT count(*), count(DISTINCT host) FROM host_windows",

@@ -487,6 +487,41 @@ fn widen(span: Option<(i64, i64)>, (a, z): (i64, i64)) -> (i64, i64) {
     span.map_or((a, z), |(f, l)| (f.min(a), l.max(z)))
 }
 
+impl LookUp {
+    fn new(batches: usize) -> LookUp {
+        LookUp {
+            rows: Vec::with_capacity(batches),
+            buckets: HashSet::new(),
+            span: None,
+        }
+    }
+}
+
+/// A window batch's text column `key` (the task or the host) and its
+/// window starts and ends; `None` when it lacks them (not the checked
+/// schema).
+fn keyed_spans<'a>(
+    batch: &'a RecordBatch,
+    key: &str,
+) -> Option<(
+    &'a arrow::array::StringArray,
+    &'a arrow::array::TimestampMicrosecondArray,
+    &'a arrow::array::TimestampMicrosecondArray,
+)> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampMicrosecondType;
+    let time = |c: &str| {
+        batch
+            .column_by_name(c)
+            .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+    };
+    Some((
+        batch.column_by_name(key)?.as_string_opt::<i32>()?,
+        time("window_start")?,
+        time("window_end")?,
+    ))
+}
+
 /// What became of a candidate event log.
 enum LogOutcome {
     Parsed,
@@ -866,8 +901,7 @@ impl Ctx<'_> {
         batches: &[RecordBatch],
         buckets: &[Vec<u32>],
     ) -> Option<LookUp> {
-        use arrow::array::{Array, AsArray};
-        use arrow::datatypes::TimestampMicrosecondType;
+        use arrow::array::Array;
         if table == Table::HostWindows {
             return self.host_rows_to_look_up(batches);
         }
@@ -876,23 +910,9 @@ impl Ctx<'_> {
         }
         let tasks = &mut self.known.tasks;
         tasks.next_write();
-        let mut look = LookUp {
-            rows: Vec::with_capacity(batches.len()),
-            buckets: HashSet::new(),
-            span: None,
-        };
+        let mut look = LookUp::new(batches.len());
         for (batch, buckets) in batches.iter().zip(buckets) {
-            let (Some(ids), Some(starts), Some(ends)) = (
-                batch
-                    .column_by_name("task_id")
-                    .and_then(|c| c.as_string_opt::<i32>()),
-                batch
-                    .column_by_name("window_start")
-                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
-                batch
-                    .column_by_name("window_end")
-                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
-            ) else {
+            let Some((ids, starts, ends)) = keyed_spans(batch, "task_id") else {
                 // Not the checked schema: every row is looked up.
                 return None;
             };
@@ -938,8 +958,7 @@ impl Ctx<'_> {
     /// [`HOSTS_TRACKED`] hosts (checked before each write), or when the
     /// rows lack the checked columns, and for every write after that.
     fn host_rows_to_look_up(&mut self, batches: &[RecordBatch]) -> Option<LookUp> {
-        use arrow::array::{Array, AsArray};
-        use arrow::datatypes::TimestampMicrosecondType;
+        use arrow::array::Array;
         let last_is_ours = matches!(&self.last_part, Some((t, _)) if *t == Table::HostWindows);
         let hosts = &mut self.hosts_written;
         if hosts.untracked || hosts.seen.len() > HOSTS_TRACKED {
@@ -948,24 +967,10 @@ impl Ctx<'_> {
         }
         hosts.writes += 1;
         let w = hosts.writes;
-        let mut look = LookUp {
-            rows: Vec::with_capacity(batches.len()),
-            buckets: HashSet::new(),
-            span: None,
-        };
+        let mut look = LookUp::new(batches.len());
         let mut now: KeyMap<(i64, i64)> = KeyMap::default();
         for batch in batches {
-            let (Some(names), Some(starts), Some(ends)) = (
-                batch
-                    .column_by_name("host")
-                    .and_then(|c| c.as_string_opt::<i32>()),
-                batch
-                    .column_by_name("window_start")
-                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
-                batch
-                    .column_by_name("window_end")
-                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
-            ) else {
+            let Some((names, starts, ends)) = keyed_spans(batch, "host") else {
                 // This write's hosts go untracked: so do all later ones.
                 hosts.untracked = true;
                 return None;
