@@ -10,16 +10,22 @@
 //!   its task's `[ready, finish]` (ingest refuses others);
 //! - for its slot waits, the tasks that held slots while `V` waited (any
 //!   host of the pool), which also run inside `[a, b]`;
-//! - for transitive slot blame, the whole own blame of each holder stage:
-//!   every task of the holder and everything that overlapped it, inside the
-//!   span of the holder's query.
+//! - for transitive slot blame (`slots=transitive`, the default; not for
+//!   `slots=direct`), the whole own blame of each holder stage: every task
+//!   of the holder and everything that overlapped it on its hosts, inside
+//!   the span of the holder's query.
 //!
 //! So the reads are: the query index (spans per query, cached per manifest
-//! version), the tasks that overlap `[a, b]`, then those that overlap the
-//! hull `U` of `[a, b]` and the holders' spans, and the window and host rows
-//! that overlap `U`; files and row groups outside are skipped by their
-//! recorded spans and statistics (`Store::scan_overlapping`). The stages and
-//! queries tables (one row per stage or query, not per task) are read whole.
+//! version), the tasks that overlap `[a, b]`, then (transitive) those that
+//! overlap the hull `U` of `[a, b]` and the holders' queries' spans, and
+//! the window and host rows that overlap `U`; files and row groups outside
+//! are skipped by their recorded spans and statistics
+//! (`Store::scan_overlapping`). Of the window rows decoded, only those that
+//! overlap an explained task (a victim's or a holder's) on its host are
+//! kept, and of the host rows those and the slot pools' capacity (see
+//! [`Needs`]): on a wide cluster most of what runs at the victim's time
+//! runs on other hosts. The stages and queries tables (one row per stage
+//! or query, not per task) are read whole.
 //! On this dataset the method gives the victims exactly the blame it gives
 //! them over the whole store; an unknown victim is refused without reading
 //! any task or window row.
@@ -29,13 +35,35 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::TimestampMicrosecondType;
-use culprit_core::method::Dataset;
-use culprit_core::Table;
+use culprit_core::method::{BlameOptions, Dataset, SlotBlame};
+use culprit_core::{Resource, Table};
 use culprit_store::Manifest;
 use futures::TryStreamExt;
 
 use crate::engine::{Engine, Snapshot};
 use crate::error::Error;
+
+/// The named victims of an analysis, and whether it needs their slot
+/// holders' own blame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Focus {
+    pub victims: Vec<String>,
+    /// The analysis passes slot waits on to what slowed the stages that
+    /// held the slots (`slots=transitive`, method.md section 5b): it then
+    /// needs each holder stage's own blame, so what overlapped the holders
+    /// is read too, not only what overlapped the victims.
+    pub holders: bool,
+}
+
+impl Focus {
+    /// The focus of an analysis with `opts`, if it names its victims.
+    pub fn of(opts: &BlameOptions) -> Option<Focus> {
+        opts.victims.clone().map(|victims| Focus {
+            victims,
+            holders: opts.slots == SlotBlame::Transitive,
+        })
+    }
+}
 
 /// Victims' tasks per group of an analysis over every victim of a large
 /// store ([`Engine::victim_groups`]): its memory follows this, not the store.
@@ -95,7 +123,7 @@ impl Engine {
     /// the module doc), or `None` when the store cannot say (no complete
     /// query index: a store written before it; then use
     /// [`Engine::snapshot`]).
-    pub async fn focused(&self, victims: &[String]) -> Result<Option<Snapshot>, Error> {
+    pub async fn focused(&self, focus: &Focus) -> Result<Option<Snapshot>, Error> {
         let manifest = self.store().manifest().await?;
         let Some(spans) = self.spans(&manifest).await? else {
             log::info!(
@@ -105,7 +133,7 @@ impl Engine {
             return Ok(None);
         };
         let whole = self.whole_tables(&manifest).await?;
-        self.focused_at(manifest, &spans, &whole, victims, true)
+        self.focused_at(manifest, &spans, &whole, focus, true)
             .await
             .map(Some)
     }
@@ -174,7 +202,10 @@ impl Engine {
             groups.manifest.clone(),
             &groups.spans,
             &groups.whole,
-            &groups.groups[i],
+            &Focus {
+                victims: groups.groups[i].clone(),
+                holders: true,
+            },
             false,
         )
         .await
@@ -209,11 +240,12 @@ impl Engine {
         manifest: Manifest,
         spans: &Spans,
         whole: &WholeTables,
-        victims: &[String],
+        focus: &Focus,
         cached: bool,
     ) -> Result<Snapshot, Error> {
         let started = std::time::Instant::now();
         let store = self.store();
+        let victims = &focus.victims;
         let mut ds = Dataset::new();
         // The victims' span; none if no victim has tasks (unknown ones are
         // refused by the analysis, from the queries table read below).
@@ -223,18 +255,22 @@ impl Engine {
                 Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))
             },
         );
-        let mut tasks = Vec::new();
         let mut region = None;
+        let mut holders = Vec::new();
         if let Some((a, b)) = hull {
-            tasks = self
+            let tasks = self
                 .tasks_overlapping(&manifest, (a, b), None, cached)
                 .await?;
-            // The slot holders: tasks running while a victim task waited.
-            let (w0, w1) = waits(&tasks, victims);
+            add_tasks(&mut ds, &tasks);
             let mut u = (a, b);
-            if w0 < w1 {
-                for q in running(&tasks, w0, w1) {
-                    if let Some(&(x, y, _)) = spans.get(&q) {
+            if focus.holders {
+                // The slot holders: stages with a task running while a
+                // victim task waited; their whole own blame is needed, and
+                // their tasks run inside their queries' spans.
+                holders = slot_holders(&ds, victims);
+                for &s in &holders {
+                    let q = ds.queries.name(ds.stage_query(s));
+                    if let Some(&(x, y, _)) = spans.get(q) {
                         u = (u.0.min(x), u.1.max(y));
                     }
                 }
@@ -243,21 +279,18 @@ impl Engine {
                 let more = self
                     .tasks_overlapping(&manifest, u, Some((a, b)), cached)
                     .await?;
-                tasks.extend(more);
+                add_tasks(&mut ds, &more);
             }
             region = Some(u);
         }
-        ds.reserve_tasks(tasks.iter().map(|b| b.num_rows()).sum());
-        for b in &tasks {
-            ds.add_tasks(b);
-        }
+        let needs = Needs::of(&ds, victims, &holders);
         for b in &whole.stages {
             ds.add_stages(b);
         }
         for b in &whole.queries {
             ds.add_queries(b);
         }
-        let mut window_rows = 0usize;
+        let mut read = 0usize;
         if let Some((from, to)) = region {
             for table in [Table::TaskWindows, Table::HostWindows] {
                 let files = manifest.files_of(table).cloned().collect();
@@ -269,14 +302,19 @@ impl Engine {
                     };
                     match table {
                         Table::TaskWindows => {
-                            window_rows += b.num_rows();
-                            ds.add_task_windows(&b)
+                            read += b.num_rows();
+                            ds.add_task_windows_where(&b, &|host, s, e| needs.overlaps(host, s, e))
                         }
-                        _ => ds.add_host_windows(&b),
+                        _ => {
+                            if let Some(b) = needs.host_rows(&ds, &b)? {
+                                ds.add_host_windows(&b)
+                            }
+                        }
                     }
                 }
             }
         }
+        let kept: usize = ds.windows.iter().map(|g| g.len()).sum();
         let named = if victims.len() <= 4 {
             victims.join(", ")
         } else {
@@ -287,11 +325,14 @@ impl Engine {
             )
         };
         log::info!(
-            "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows)",
+            "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows of {} in \
+             its time, {} slot holder stages)",
             manifest.version,
             started.elapsed().as_secs_f64(),
             ds.tasks.len(),
-            window_rows
+            kept,
+            read,
+            holders.len()
         );
         Ok(Snapshot {
             ds: Arc::new(ds),
@@ -406,55 +447,132 @@ fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecond
         .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
 }
 
-/// The hull of the slot waits `[ready, launch)` of the victims' tasks.
-fn waits(tasks: &[RecordBatch], victims: &[String]) -> (i64, i64) {
-    let mut hull = (i64::MAX, i64::MIN);
+fn add_tasks(ds: &mut Dataset, tasks: &[RecordBatch]) {
+    ds.reserve_tasks(ds.tasks.len() + tasks.iter().map(|b| b.num_rows()).sum::<usize>());
     for b in tasks {
-        let (Some(q), Some(ready), Some(launch)) = (
-            b.column_by_name("query_id")
-                .and_then(|c| c.as_string_opt::<i32>()),
-            time(b, "ready_time"),
-            time(b, "launch_time"),
-        ) else {
-            continue;
-        };
-        for i in 0..b.num_rows() {
-            if q.is_null(i) || ready.is_null(i) || launch.is_null(i) {
-                continue;
-            }
-            if ready.value(i) < launch.value(i) && victims.iter().any(|v| v == q.value(i)) {
-                hull = (hull.0.min(ready.value(i)), hull.1.max(launch.value(i)));
-            }
-        }
+        ds.add_tasks(b);
     }
-    hull
 }
 
-/// The queries of the tasks running (launch to finish) during `(w0, w1)`.
-fn running(tasks: &[RecordBatch], w0: i64, w1: i64) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for b in tasks {
-        let (Some(q), Some(launch), Some(finish)) = (
-            b.column_by_name("query_id")
-                .and_then(|c| c.as_string_opt::<i32>()),
-            time(b, "launch_time"),
-            time(b, "finish_time"),
-        ) else {
-            continue;
-        };
-        for i in 0..b.num_rows() {
-            if q.is_null(i) || launch.is_null(i) || finish.is_null(i) {
-                continue;
-            }
-            if launch.value(i) < w1
-                && w0 < finish.value(i)
-                && out.last().map(|s| s.as_str()) != Some(q.value(i))
-            {
-                out.push(q.value(i).to_string());
-            }
+/// The stages of `ds` with a task running (launch to finish) while a task
+/// of a victim waited for a slot (ready to launch): the stages its slot
+/// waits can be blamed on (a superset: the method's slot sweep blames
+/// those of the victim's slot pool).
+fn slot_holders(ds: &Dataset, victims: &[String]) -> Vec<u32> {
+    let victim = of_victims(ds, victims);
+    let mut waits: Vec<(i64, i64)> = ds
+        .tasks
+        .iter()
+        .filter(|t| victim[t.stage as usize])
+        .filter_map(|t| t.ready.filter(|&r| r < t.launch).map(|r| (r, t.launch)))
+        .collect();
+    let waits = merged(&mut waits);
+    let mut holder = vec![false; ds.stages.len()];
+    for t in &ds.tasks {
+        let i = waits.partition_point(|&(_, b)| b <= t.launch);
+        if i < waits.len() && waits[i].0 < t.finish {
+            holder[t.stage as usize] = true;
         }
     }
-    out.sort();
-    out.dedup();
+    (0..holder.len() as u32)
+        .filter(|&s| holder[s as usize])
+        .collect()
+}
+
+/// Per stage of `ds`: whether it belongs to one of `victims`.
+fn of_victims(ds: &Dataset, victims: &[String]) -> Vec<bool> {
+    let queries: Vec<u32> = victims.iter().filter_map(|v| ds.queries.get(v)).collect();
+    (0..ds.stages.len() as u32)
+        .map(|s| queries.contains(&ds.stage_query(s)))
+        .collect()
+}
+
+/// `spans` sorted and merged where they overlap: disjoint, in order of
+/// both their starts and their ends.
+fn merged(spans: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(spans.len());
+    for &(a, b) in spans.iter() {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
     out
+}
+
+/// What the sweeps of a focused analysis read, per host: the spans
+/// (ready or launch to finish) of the explained tasks there, the victims'
+/// and the slot holders'. A window row that overlaps none of them on its
+/// host slows no explained task (method.md section 4: blame is between
+/// tasks on one host), so it is not kept.
+struct Needs(Vec<Vec<(i64, i64)>>);
+
+impl Needs {
+    fn of(ds: &Dataset, victims: &[String], holders: &[u32]) -> Needs {
+        let mut explained = of_victims(ds, victims);
+        for &s in holders {
+            explained[s as usize] = true;
+        }
+        let mut per_host: Vec<Vec<(i64, i64)>> = vec![Vec::new(); ds.hosts.len()];
+        for t in &ds.tasks {
+            if explained[t.stage as usize] {
+                let first = t.ready.map_or(t.launch, |r| r.min(t.launch));
+                per_host[t.host as usize].push((first, t.finish));
+            }
+        }
+        Needs(per_host.iter_mut().map(|v| merged(v)).collect())
+    }
+
+    /// Whether `[start, end]` on `host` overlaps an explained task's span.
+    fn overlaps(&self, host: u32, start: i64, end: i64) -> bool {
+        let Some(spans) = self.0.get(host as usize) else {
+            return false;
+        };
+        let i = spans.partition_point(|&(_, b)| b < start);
+        i < spans.len() && spans[i].0 <= end
+    }
+
+    /// The `host_windows` rows of `b` a focused analysis needs: a slot
+    /// pool's capacity (any host: the pool's), and on each host the rows
+    /// that overlap an explained task's span.
+    fn host_rows(&self, ds: &Dataset, b: &RecordBatch) -> Result<Option<RecordBatch>, Error> {
+        let (Some(host), Some(resource), Some(s), Some(e)) = (
+            b.column_by_name("host")
+                .and_then(|c| c.as_string_opt::<i32>()),
+            b.column_by_name("resource")
+                .and_then(|c| c.as_string_opt::<i32>()),
+            time(b, "window_start"),
+            time(b, "window_end"),
+        ) else {
+            // Not rows the method can use: as on a full read.
+            return Ok(Some(b.clone()));
+        };
+        let mask: BooleanArray = (0..b.num_rows())
+            .map(|i| {
+                let keep = resource.is_null(i)
+                    || resource
+                        .value(i)
+                        .parse::<Resource>()
+                        .map_or(true, |r| r == Resource::Slots)
+                    || host.is_null(i)
+                    || s.is_null(i)
+                    || e.is_null(i)
+                    || ds
+                        .hosts
+                        .get(host.value(i))
+                        .is_some_and(|h| self.overlaps(h, s.value(i), e.value(i)));
+                Some(keep)
+            })
+            .collect();
+        if mask.true_count() == 0 {
+            return Ok(None);
+        }
+        if mask.true_count() == b.num_rows() {
+            return Ok(Some(b.clone()));
+        }
+        arrow::compute::filter_record_batch(b, &mask)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("filtering host rows: {e}")))
+    }
 }

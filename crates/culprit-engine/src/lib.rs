@@ -29,7 +29,7 @@ pub use analyses::Blamed;
 pub use budget::{Admission, Budget, BudgetOptions, Reservation};
 pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};
 pub use error::Error;
-pub use focus::{VictimGroups, GROUP_TASKS};
+pub use focus::{Focus, VictimGroups, GROUP_TASKS};
 pub use shards::{share_schema, SweepJob, Sweeper};
 
 pub use culprit_core::method;

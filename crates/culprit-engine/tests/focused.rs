@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use culprit_core::method::BlameOptions;
 use culprit_core::Table;
-use culprit_engine::{Budget, BudgetOptions, Engine, Snapshot};
+use culprit_engine::{Budget, BudgetOptions, Engine, Focus, Snapshot};
 use culprit_store::Store;
 
 fn filter(b: &RecordBatch, keep: impl Fn(usize) -> bool) -> RecordBatch {
@@ -86,6 +86,11 @@ fn culprits(s: &Snapshot, opts: &BlameOptions) -> Culprits {
         .collect()
 }
 
+/// The window rows a snapshot holds.
+fn window_rows(s: &Snapshot) -> usize {
+    s.ds.windows.iter().map(|g| g.len()).sum()
+}
+
 fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-6)
 }
@@ -156,7 +161,11 @@ async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> u
     );
     batch.commit().await.unwrap();
     let engine = Engine::new(store.clone());
-    assert!(engine.focused(victims).await.unwrap().is_none());
+    let focus = Focus {
+        victims: victims.to_vec(),
+        holders: true,
+    };
+    assert!(engine.focused(&focus).await.unwrap().is_none());
     n
 }
 
@@ -190,9 +199,11 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             ..Default::default()
         };
         let want = culprits(&full, &opts);
+        let focus = Focus::of(&opts).expect("a named victim");
+        assert!(focus.holders, "transitive slot blame is the default");
         for engine in [&cached, &cached, &tiny] {
             let through = engine
-                .focused(std::slice::from_ref(v))
+                .focused(&focus)
                 .await
                 .unwrap()
                 .expect("the store has a complete query index");
@@ -200,13 +211,29 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             assert_same(&want, &got, &format!("victim {v}, through the read cache"));
         }
         let focused = engine
-            .focused(std::slice::from_ref(v))
+            .focused(&focus)
             .await
             .unwrap()
             .expect("the store has a complete query index");
         assert!(
-            focused.ds.tasks.len() <= full.ds.tasks.len(),
+            focused.ds.tasks.len() <= full.ds.tasks.len()
+                && window_rows(&focused) <= window_rows(&full),
             "a focused read never holds more than the store"
+        );
+        // `slots=direct` needs no holder's own blame: a smaller read.
+        let direct = engine
+            .focused(&Focus {
+                holders: false,
+                ..focus.clone()
+            })
+            .await
+            .unwrap()
+            .expect("the store has a complete query index");
+        assert!(
+            window_rows(&direct) <= window_rows(&focused),
+            "victim {v}: {} window rows for slots=direct, {} for transitive",
+            window_rows(&direct),
+            window_rows(&focused)
         );
         for opts in &variants {
             let opts = BlameOptions {
@@ -216,6 +243,14 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             let want = culprits(&full, &opts);
             let got = culprits(&focused, &opts);
             assert_same(&want, &got, &format!("victim {v}, {opts:?}, focused"));
+            if Focus::of(&opts).is_some_and(|f| !f.holders) {
+                let got = culprits(&direct, &opts);
+                assert_same(
+                    &want,
+                    &got,
+                    &format!("victim {v}, {opts:?}, focused direct"),
+                );
+            }
             let s = culprits(&streamed, &opts);
             assert_eq!(s.len(), want.len());
             compared += want.len();
@@ -255,13 +290,113 @@ async fn a_focused_analysis_equals_the_whole_stores_on_plausible_data() {
     let store = store_of(&w).await;
     let engine = Engine::new(store.clone());
     let whole = engine.snapshot(true).await.unwrap();
-    let one = engine.focused(&victims[2..3]).await.unwrap().unwrap();
+    let focus = Focus {
+        victims: victims[2..3].to_vec(),
+        holders: true,
+    };
+    let one = engine.focused(&focus).await.unwrap().unwrap();
     assert!(
         one.ds.tasks.len() * 3 < whole.ds.tasks.len(),
         "focused {} tasks of {}",
         one.ds.tasks.len(),
         whole.ds.tasks.len()
     );
+    // Of the rows in the victim's time, those on other hosts than the
+    // explained tasks' are not kept.
+    let direct = Focus {
+        holders: false,
+        ..focus
+    };
+    let direct = engine.focused(&direct).await.unwrap().unwrap();
+    let (a, b) = (window_rows(&direct), window_rows(&whole));
+    assert!(a > 0 && a * 6 < b, "focused {a} window rows of {b}");
+}
+
+/// A victim on one host of a cluster whose slot pool spans three: its slot
+/// wait is measured against the pool's whole capacity, so the slot rows of
+/// hosts where no explained task runs must be read (with only host `a`'s,
+/// no slot would be free and all of the wait would go to the holder), while
+/// the window rows there are not needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows() {
+    use culprit_core::batches::{TableBuilder, Value as V};
+    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
+    let mut queries = TableBuilder::new(Table::Queries, 3);
+    let mut stages = TableBuilder::new(Table::Stages, 3);
+    for q in ["victim", "holder", "other"] {
+        queries.row(&[("query_id", V::S(q))]);
+        stages.row(&[("query_id", V::S(q)), ("stage_id", V::S("0"))]);
+    }
+    // The holder runs on `a` from 0 to 50 s; the victim is ready at 10 s
+    // and gets `a`'s only slot at 50 s. `other` runs on `b` all along.
+    let mut tasks = TableBuilder::new(Table::Tasks, 3);
+    let mut windows = TableBuilder::new(Table::TaskWindows, 3);
+    for (id, q, host, ready, launch, finish) in [
+        ("h1", "holder", "a", 0, 0, 50),
+        ("v1", "victim", "a", 10, 50, 60),
+        ("o1", "other", "b", 0, 0, 100),
+    ] {
+        tasks.row(&[
+            ("task_id", V::S(id)),
+            ("query_id", V::S(q)),
+            ("stage_id", V::S("0")),
+            ("host", V::S(host)),
+            ("ready_time", s(ready)),
+            ("launch_time", s(launch)),
+            ("finish_time", s(finish)),
+        ]);
+        windows.row(&[
+            ("task_id", V::S(id)),
+            ("window_start", s(launch)),
+            ("window_end", s(finish)),
+            ("resource", V::S("cpu")),
+            ("blocked", V::F(1.0)),
+            ("acquired", V::F(1.0)),
+        ]);
+    }
+    let mut hosts = TableBuilder::new(Table::HostWindows, 3);
+    for (host, slots) in [("a", 1.0), ("b", 2.0), ("c", 2.0)] {
+        hosts.row(&[
+            ("host", V::S(host)),
+            ("resource", V::S("slots")),
+            ("window_start", s(0)),
+            ("window_end", s(100)),
+            ("capacity", V::F(slots)),
+        ]);
+    }
+    let w = culprit_sim::Workload {
+        queries: queries.finish(),
+        stages: stages.finish(),
+        tasks: tasks.finish(),
+        task_windows: windows.finish(),
+        host_windows: hosts.finish(),
+        record_lineage: None,
+        partition_latency: None,
+        victim: "victim".into(),
+        culprit: "holder".into(),
+        expensive_input: String::new(),
+    };
+    let store = store_of(&w).await;
+    let victims = ["victim".to_string()];
+    assert!(compare(&store, &victims).await > 0);
+    // Free slots on `b` and `c`: part of the wait is not the holder's.
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let opts = BlameOptions {
+        victims: Some(victims.to_vec()),
+        slots: culprit_core::method::SlotBlame::Direct,
+        ..Default::default()
+    };
+    let got = culprits(&full, &opts);
+    let holder = got[&("query".to_string(), "holder".to_string())][0];
+    assert!(holder > 1.0 && holder < 39.0, "{got:?}");
+    // `slots=direct` keeps the victim's host's rows: its own and the
+    // holder's, not `other`'s.
+    let direct = Engine::new(store)
+        .focused(&Focus::of(&opts).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(window_rows(&direct), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,7 +429,10 @@ async fn an_unknown_victim_is_refused_without_reading_tasks() {
     let store = store_of(&w).await;
     let engine = Engine::new(store);
     let s = engine
-        .focused(&["no such query".to_string()])
+        .focused(&Focus {
+            victims: vec!["no such query".to_string()],
+            holders: true,
+        })
         .await
         .unwrap()
         .unwrap();

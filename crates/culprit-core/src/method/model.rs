@@ -516,6 +516,17 @@ impl Dataset {
 
     /// Adds `task_windows` rows (their tasks must have been added).
     pub fn add_task_windows(&mut self, batch: &RecordBatch) {
+        self.add_task_windows_where(batch, &|_, _, _| true);
+    }
+
+    /// Adds the `task_windows` rows that `keep(host, start, end)` keeps.
+    /// A task with rows in `batch` counts as having windows even when none
+    /// is kept (its totals are not spread over its run in their place).
+    pub fn add_task_windows_where(
+        &mut self,
+        batch: &RecordBatch,
+        keep: &dyn Fn(u32, Micros, Micros) -> bool,
+    ) {
         let Dataset {
             details,
             tasks,
@@ -534,7 +545,9 @@ impl Dataset {
                 if seen.last() != Some(&task) {
                     seen.push(task);
                 }
-                windows[group].push(row);
+                if keep((group / N_RES) as u32, row.start, row.end) {
+                    windows[group].push(row);
+                }
             },
         );
         for t in seen {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use culprit_core::method::{Bc0, BlameOptions, Culprit, CulpritKind, Dataset, Entry, Level4};
 use culprit_core::Resource;
-use culprit_engine::Snapshot;
+use culprit_engine::{Focus, Snapshot};
 use datafusion::arrow::array::{
     ArrayRef, DictionaryArray, Float64Array, Int32Array, RecordBatch, StringArray,
 };
@@ -37,8 +37,8 @@ impl TableFunction for Blame {
         })
     }
 
-    fn victims(&self) -> Option<Vec<String>> {
-        self.opts.victims.clone()
+    fn focus(&self) -> Option<Focus> {
+        Focus::of(&self.opts)
     }
 
     fn cost(&self) -> Cost {

@@ -6,7 +6,7 @@
 
 use culprit_core::method::usecases::CulpritRow;
 use culprit_core::method::{BlameOptions, Dataset};
-use culprit_engine::Snapshot;
+use culprit_engine::{Focus, Snapshot};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
@@ -33,8 +33,8 @@ impl TableFunction for Culprits {
         })
     }
 
-    fn victims(&self) -> Option<Vec<String>> {
-        self.opts.victims.clone()
+    fn focus(&self) -> Option<Focus> {
+        Focus::of(&self.opts)
     }
 
     fn cost(&self) -> Cost {

@@ -4,7 +4,7 @@
 
 use culprit_core::method::BlameOptions;
 use culprit_core::method::{Dataset, IqcGraph};
-use culprit_engine::Snapshot;
+use culprit_engine::{Focus, Snapshot};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
@@ -32,8 +32,8 @@ impl TableFunction for IqcEdges {
         })
     }
 
-    fn victims(&self) -> Option<Vec<String>> {
-        self.opts.victims.clone()
+    fn focus(&self) -> Option<Focus> {
+        Focus::of(&self.opts)
     }
 
     fn cost(&self) -> Cost {

@@ -5,7 +5,7 @@
 use culprit_core::method::model::Interner;
 use culprit_core::method::BlameOptions;
 use culprit_core::method::{Culprit, Dataset, IqcGraph, NodeKey};
-use culprit_engine::Snapshot;
+use culprit_engine::{Focus, Snapshot};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
@@ -33,8 +33,8 @@ impl TableFunction for IqcNodes {
         })
     }
 
-    fn victims(&self) -> Option<Vec<String>> {
-        self.opts.victims.clone()
+    fn focus(&self) -> Option<Focus> {
+        Focus::of(&self.opts)
     }
 
     fn cost(&self) -> Cost {

@@ -21,7 +21,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use culprit_engine::budget::Cost;
-use culprit_engine::{Engine, Snapshot};
+use culprit_engine::{Engine, Focus, Snapshot};
 
 use super::args::Args;
 use crate::error::{to_datafusion, Error};
@@ -87,7 +87,7 @@ pub struct ComputedTable {
     pub windows: bool,
     /// The victims the call names, if it explains only them: then only what
     /// could have slowed them is read (`Engine::focused`).
-    pub victims: Option<Vec<String>>,
+    pub focus: Option<Focus>,
     /// Its working memory (over every victim: a heavy analysis).
     pub cost: Cost,
     pub compute: Compute,
@@ -106,7 +106,7 @@ impl ComputedTable {
         schema: SchemaRef,
         engine: Arc<Engine>,
         windows: bool,
-        victims: Option<Vec<String>>,
+        focus: Option<Focus>,
         compute: Compute,
     ) -> Self {
         ComputedTable {
@@ -114,7 +114,7 @@ impl ComputedTable {
             schema,
             engine,
             windows,
-            victims,
+            focus,
             cost: Cost::Small,
             compute,
             by_groups: None,
@@ -160,8 +160,8 @@ impl TableProvider for ComputedTable {
                 return self.scan_groups(projection, groups, by_groups).await;
             }
         }
-        let focused = match &self.victims {
-            Some(victims) => engine.focused(victims).await.map_err(to_datafusion)?,
+        let focused = match &self.focus {
+            Some(focus) => engine.focused(focus).await.map_err(to_datafusion)?,
             None => None,
         };
         let whole = focused.is_none();
@@ -471,10 +471,11 @@ pub trait TableFunction: Sized + Send + Sync + 'static {
     }
     /// The result. Blocking: runs on a blocking thread of the query's runtime.
     fn compute(&self, snapshot: &Snapshot) -> Result<Rows>;
-    /// The victims, when the result explains only these queries: its
-    /// snapshot then holds only what could have slowed them, read through
-    /// the store's query index (`Engine::focused`).
-    fn victims(&self) -> Option<Vec<String>> {
+    /// The victims, when the result explains only these queries, and
+    /// whether it needs their slot holders' own blame: its snapshot then
+    /// holds only what could have slowed them, read through the store's
+    /// query index (`Engine::focused`).
+    fn focus(&self) -> Option<Focus> {
         None
     }
     /// A call over every victim whose result is the union of its results
@@ -524,7 +525,7 @@ impl<F: TableFunction> TableFunctionImpl for Registered<F> {
             F::schema(),
             self.engine.clone(),
             F::NEEDS_WINDOWS,
-            function.victims(),
+            function.focus(),
             Arc::new({
                 let function = function.clone();
                 move |snapshot: &Snapshot| function.compute(snapshot)
