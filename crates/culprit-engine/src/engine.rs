@@ -39,6 +39,8 @@ pub struct Engine {
     /// A cluster's workers, which sweep the host buckets of a large
     /// store's analyses (`shards.rs`); none in a single process.
     sweeper: Option<Arc<dyn Sweeper>>,
+    /// Slot holders' shares computed by focused analyses (`shares.rs`).
+    pub(crate) shares: Arc<crate::shares::SharesCache>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -74,6 +76,7 @@ impl Engine {
             cache_held: std::sync::Mutex::new(None),
             read_cache: None,
             sweeper: None,
+            shares: Default::default(),
         }
     }
 
@@ -132,6 +135,12 @@ impl Engine {
             read_cache,
             ..Self::new(store)
         }
+    }
+
+    /// How many slot holder stages' shares the engine keeps for the next
+    /// focused analyses (`shares.rs`).
+    pub fn holder_shares_kept(&self) -> usize {
+        self.shares.len()
     }
 
     /// The read cache of one-victim analyses, if the engine has one.

@@ -35,7 +35,8 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::TimestampMicrosecondType;
-use culprit_core::method::{BlameOptions, Dataset, SlotBlame};
+use culprit_core::method::transitive::{HolderShares, KeepShares};
+use culprit_core::method::{Attribution, BlameOptions, Dataset, Micros, SlotBlame};
 use culprit_core::{Resource, Table};
 use culprit_store::Manifest;
 use futures::TryStreamExt;
@@ -51,8 +52,13 @@ pub struct Focus {
     /// The analysis passes slot waits on to what slowed the stages that
     /// held the slots (`slots=transitive`, method.md section 5b): it then
     /// needs each holder stage's own blame, so what overlapped the holders
-    /// is read too, not only what overlapped the victims.
+    /// is read too, not only what overlapped the victims, unless the
+    /// engine kept the holder's shares from an earlier analysis of the
+    /// same `window` and `attribution` (`shares.rs`).
     pub holders: bool,
+    /// The analysis window.
+    pub window: (Micros, Micros),
+    pub attribution: Attribution,
 }
 
 impl Focus {
@@ -61,6 +67,8 @@ impl Focus {
         opts.victims.clone().map(|victims| Focus {
             victims,
             holders: opts.slots == SlotBlame::Transitive,
+            window: culprit_core::method::window(opts),
+            attribution: opts.attribution,
         })
     }
 }
@@ -205,6 +213,8 @@ impl Engine {
             &Focus {
                 victims: groups.groups[i].clone(),
                 holders: true,
+                window: (Micros::MIN, Micros::MAX),
+                attribution: Attribution::Window,
             },
             false,
         )
@@ -257,6 +267,7 @@ impl Engine {
         );
         let mut region = None;
         let mut holders = Vec::new();
+        let mut known = Vec::new();
         if let Some((a, b)) = hull {
             let tasks = self
                 .tasks_overlapping(&manifest, (a, b), None, cached)
@@ -266,8 +277,32 @@ impl Engine {
             if focus.holders {
                 // The slot holders: stages with a task running while a
                 // victim task waited; their whole own blame is needed, and
-                // their tasks run inside their queries' spans.
+                // their tasks run inside their queries' spans. Not of
+                // those whose shares the engine kept (named victims only).
                 holders = slot_holders(&ds, victims);
+                if cached {
+                    let victim = of_victims(&ds, victims);
+                    holders.retain(|&s| {
+                        let kept = (!victim[s as usize])
+                            .then(|| {
+                                self.shares.get(
+                                    manifest.version,
+                                    ds.stage_query_name(s),
+                                    ds.stage_name(s),
+                                    focus.window,
+                                    focus.attribution,
+                                )
+                            })
+                            .flatten();
+                        match kept {
+                            Some(shares) => {
+                                known.push((s, shares));
+                                false
+                            }
+                            None => true,
+                        }
+                    });
+                }
                 for &s in &holders {
                     let q = ds.queries.name(ds.stage_query(s));
                     if let Some(&(x, y, _)) = spans.get(q) {
@@ -289,6 +324,29 @@ impl Engine {
         }
         for b in &whole.queries {
             ds.add_queries(b);
+        }
+        if cached && focus.holders {
+            // The kept shares in this dataset's numbers, and where the
+            // analysis gives those it computes.
+            let known = known
+                .iter()
+                .map(|(s, shares)| (*s, crate::shares::resolve(&mut ds, shares)))
+                .collect();
+            let (cache, version, window, attribution) = (
+                self.shares.clone(),
+                manifest.version,
+                focus.window,
+                focus.attribution,
+            );
+            let keep: Arc<KeepShares> = Arc::new(move |ds: &Dataset, s: u32, shares: &_| {
+                cache.put(version, ds, s, window, attribution, shares)
+            });
+            ds.shares = Some(Arc::new(HolderShares {
+                window,
+                attribution,
+                known,
+                keep: Some(keep),
+            }));
         }
         let mut read = 0usize;
         if let Some((from, to)) = region {
@@ -326,13 +384,14 @@ impl Engine {
         };
         log::info!(
             "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows of {} in \
-             its time, {} slot holder stages)",
+             its time, {} slot holder stages to sweep, {} kept from earlier analyses)",
             manifest.version,
             started.elapsed().as_secs_f64(),
             ds.tasks.len(),
             kept,
             read,
-            holders.len()
+            holders.len(),
+            ds.shares.as_ref().map_or(0, |s| s.known.len())
         );
         Ok(Snapshot {
             ds: Arc::new(ds),

@@ -24,6 +24,7 @@ mod error;
 mod focus;
 mod papers;
 mod shards;
+mod shares;
 
 pub use analyses::Blamed;
 pub use budget::{Admission, Budget, BudgetOptions, Reservation};

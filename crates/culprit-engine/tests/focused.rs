@@ -86,6 +86,15 @@ fn culprits(s: &Snapshot, opts: &BlameOptions) -> Culprits {
         .collect()
 }
 
+/// The focus of the default analysis of `victims` (transitive slot blame).
+fn focus_on(victims: &[String]) -> Focus {
+    Focus::of(&BlameOptions {
+        victims: Some(victims.to_vec()),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// The window rows a snapshot holds.
 fn window_rows(s: &Snapshot) -> usize {
     s.ds.windows.iter().map(|g| g.len()).sum()
@@ -161,10 +170,7 @@ async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> u
     );
     batch.commit().await.unwrap();
     let engine = Engine::new(store.clone());
-    let focus = Focus {
-        victims: victims.to_vec(),
-        holders: true,
-    };
+    let focus = focus_on(victims);
     assert!(engine.focused(&focus).await.unwrap().is_none());
     n
 }
@@ -210,7 +216,9 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             let got = culprits(&through, &opts);
             assert_same(&want, &got, &format!("victim {v}, through the read cache"));
         }
-        let focused = engine
+        // One read for every variant (an engine that kept no holder's
+        // shares: then the read has what any window and attribution need).
+        let focused = Engine::new(store.clone())
             .focused(&focus)
             .await
             .unwrap()
@@ -241,6 +249,15 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
                 ..opts.clone()
             };
             let want = culprits(&full, &opts);
+            // As a server reads for this call: the slot holders' shares
+            // that earlier calls computed (earlier victims' holders, and
+            // this victim's, asked twice) are not read or swept again.
+            let focus = Focus::of(&opts).expect("a named victim");
+            for time in ["", ", asked again"] {
+                let focused = engine.focused(&focus).await.unwrap().unwrap();
+                let got = culprits(&focused, &opts);
+                assert_same(&want, &got, &format!("victim {v}, {opts:?}, focused{time}"));
+            }
             let got = culprits(&focused, &opts);
             assert_same(&want, &got, &format!("victim {v}, {opts:?}, focused"));
             if Focus::of(&opts).is_some_and(|f| !f.holders) {
@@ -256,6 +273,10 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
             compared += want.len();
         }
     }
+    assert!(
+        engine.holder_shares_kept() > 0,
+        "the victims' own stages' shares are kept at least"
+    );
     let stats = cached.read_cache().expect("a read cache").stats();
     assert!(stats.hits > 0 && stats.used <= stats.capacity, "{stats:?}");
     let stats = tiny.read_cache().expect("a read cache").stats();
@@ -290,10 +311,7 @@ async fn a_focused_analysis_equals_the_whole_stores_on_plausible_data() {
     let store = store_of(&w).await;
     let engine = Engine::new(store.clone());
     let whole = engine.snapshot(true).await.unwrap();
-    let focus = Focus {
-        victims: victims[2..3].to_vec(),
-        holders: true,
-    };
+    let focus = focus_on(&victims[2..3]);
     let one = engine.focused(&focus).await.unwrap().unwrap();
     assert!(
         one.ds.tasks.len() * 3 < whole.ds.tasks.len(),
@@ -397,6 +415,31 @@ async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows
         .unwrap()
         .unwrap();
     assert_eq!(window_rows(&direct), 2);
+
+    // Transitive slot blame, asked twice of one engine: the second read
+    // has the holders' shares from the first and reads nothing of their
+    // neighbourhoods beyond the victim's; the same numbers.
+    let opts = BlameOptions {
+        slots: culprit_core::method::SlotBlame::Transitive,
+        ..opts
+    };
+    let want = culprits(&full, &opts);
+    let engine = Engine::new(store_of(&w).await);
+    let focus = Focus::of(&opts).unwrap();
+    let first = engine.focused(&focus).await.unwrap().unwrap();
+    assert_same(&want, &culprits(&first, &opts), "first call");
+    assert_eq!(first.ds.shares.as_ref().unwrap().known.len(), 0);
+    let again = engine.focused(&focus).await.unwrap().unwrap();
+    // (`holder` and `other`: both hold slots of the pool while it waits.)
+    assert_eq!(again.ds.shares.as_ref().unwrap().known.len(), 2);
+    assert_same(&want, &culprits(&again, &opts), "asked again");
+    // Of another window or attribution, the kept shares cannot be used.
+    let paper = BlameOptions {
+        attribution: culprit_core::method::Attribution::Paper,
+        ..opts.clone()
+    };
+    let err = again.culprits(&paper).unwrap_err();
+    assert!(err.to_string().contains("shares"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,10 +472,7 @@ async fn an_unknown_victim_is_refused_without_reading_tasks() {
     let store = store_of(&w).await;
     let engine = Engine::new(store);
     let s = engine
-        .focused(&Focus {
-            victims: vec!["no such query".to_string()],
-            holders: true,
-        })
+        .focused(&focus_on(&["no such query".to_string()]))
         .await
         .unwrap()
         .unwrap();

@@ -10,7 +10,7 @@ use super::model::Dataset;
 use super::schedule::{self, BucketSource, Shards};
 use super::series::Windows;
 use super::sweep::{Attribution, Explained};
-use super::transitive::{pass_on, Rho, RunSeconds};
+use super::transitive::{pass_on, HolderShares, Rho, RunSeconds};
 use super::victims::{resolve_victims, window, BlameOptions, SlotBlame, TaskBlame, Victims};
 use crate::MethodError;
 
@@ -123,7 +123,13 @@ fn blame_by<E: From<MethodError>>(
             // (every task is a consumer), so this is the result of
             // explaining every stage, for the victims, without sweeping
             // the hosts' rows where no victim or holder ran.
+            // Holders whose shares are known (`Dataset::shares`) are not
+            // swept again.
+            let known = HolderShares::of(ds, windows, opts.attribution)?;
             let mut mask = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
+            if let Some(known) = known {
+                known.unmark(&mut mask, &victims.stages);
+            }
             for (m, v) in mask.iter_mut().zip(&victims.stages) {
                 *m |= *v;
             }
@@ -132,7 +138,10 @@ fn blame_by<E: From<MethodError>>(
                 .into_iter()
                 .enumerate()
                 .map(|(w, entries)| {
-                    let rho = Rho::of(entries.iter(), &run, w as u32);
+                    let mut rho = Rho::of(entries.iter(), &run, w as u32);
+                    if let Some(known) = known {
+                        known.complete(ds, &mask, &mut rho);
+                    }
                     let (chunks, details) = entries.into_parts();
                     let kept = pass_on_chunks(chunks, &rho, |e| victims.stages[e.stage as usize]);
                     Level4::from_chunks(kept, details)
@@ -143,8 +152,12 @@ fn blame_by<E: From<MethodError>>(
             // The holders' shares are over all their tasks: one sweep of
             // the victims' last tasks, one of every task of the holders
             // their slot waits are blamed on (found by the slot sweep).
+            let known = HolderShares::of(ds, windows, opts.attribution)?;
             let run = RunSeconds::of(ds, windows);
-            let named = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
+            let mut named = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
+            if let Some(known) = known {
+                known.unmark(&mut named, &[]);
+            }
             let last = sweeps(explained, windows, opts.attribution)?;
             let held = if named.iter().any(|h| *h) {
                 sweeps(Explained::stages(&named), windows, opts.attribution)?
@@ -155,7 +168,10 @@ fn blame_by<E: From<MethodError>>(
                 .zip(last)
                 .enumerate()
                 .map(|(w, (h, entries))| {
-                    let rho = Rho::of(h.iter(), &run, w as u32);
+                    let mut rho = Rho::of(h.iter(), &run, w as u32);
+                    if let Some(known) = known {
+                        known.complete(ds, &named, &mut rho);
+                    }
                     let (chunks, details) = entries.into_parts();
                     Level4::from_chunks(pass_on_chunks(chunks, &rho, |_| true), details)
                 })

@@ -211,6 +211,10 @@ pub struct Dataset {
     /// first row of their task (their window rows may sit in another host
     /// bucket of the store).
     pub host_conflicts: usize,
+    /// Slot holders' shares known before the analysis (section 5b; a
+    /// focused dataset of a server, which then lacks those holders'
+    /// neighbourhoods).
+    pub shares: Option<std::sync::Arc<super::transitive::HolderShares>>,
 }
 
 pub const N_RES: usize = 6;

@@ -28,7 +28,7 @@ pub const EXTERNAL: u32 = u32::MAX - 1;
 pub const UNKNOWN: u32 = u32::MAX - 2;
 
 /// How blocked seconds are split (method.md section 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Attribution {
     /// The conserving per-window split (the default).
     Window,

@@ -2,12 +2,105 @@
 //! paper): a slot wait blamed on the holder `cs` is passed on to what slowed
 //! `cs`, in the proportions of `cs`'s own blame.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use super::level4::{Culprit, Entry};
-use super::model::Dataset;
+use super::model::{Dataset, Micros};
 use super::series::Windows;
+use super::sweep::Attribution;
 use crate::Resource;
+
+/// The shares `rho(cs, X)` of one slot holder `cs` (section 5b): what
+/// slowed it, as fractions of its run.
+pub type Shares = Vec<(Culprit, f64)>;
+
+/// Called with each stage whose shares an analysis computed: the dataset,
+/// the stage, its shares.
+pub type KeepShares = dyn Fn(&Dataset, u32, &Shares) + Send + Sync;
+
+/// Holders' shares known before an analysis of a dataset: a holder's shares
+/// depend on the holder, the window and the attribution, not on the victim,
+/// so a server keeps those its analyses computed and the next analysis of
+/// the same store version need not sweep the holder's hosts again (nor read
+/// its neighbourhood: a dataset with known shares may lack it). Used only
+/// by an analysis of this one window and attribution; any other fails.
+pub struct HolderShares {
+    pub window: (Micros, Micros),
+    pub attribution: Attribution,
+    /// Per stage of the dataset.
+    pub known: FxHashMap<u32, Shares>,
+    /// Given the shares of every stage an analysis explained whole (its
+    /// victims' and the holders' not known), to keep for later ones.
+    pub keep: Option<Arc<KeepShares>>,
+}
+
+impl std::fmt::Debug for HolderShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HolderShares")
+            .field("window", &self.window)
+            .field("attribution", &self.attribution)
+            .field("known", &self.known.len())
+            .finish()
+    }
+}
+
+impl HolderShares {
+    /// The shares of the dataset of an analysis in `windows` with
+    /// `attribution`: `None` when it has none or they are of another
+    /// window or attribution and none is known; an error when some are
+    /// known (the dataset may lack what those holders need).
+    pub(crate) fn of<'a>(
+        ds: &'a Dataset,
+        windows: &Windows,
+        attribution: Attribution,
+    ) -> Result<Option<&'a HolderShares>, crate::MethodError> {
+        let Some(shares) = ds.shares.as_deref() else {
+            return Ok(None);
+        };
+        if windows.len() != 1
+            || windows.whole() != shares.window
+            || attribution != shares.attribution
+        {
+            if shares.known.is_empty() {
+                // Nothing is missing from the dataset: an analysis of
+                // another window, whose shares are not kept.
+                return Ok(None);
+            }
+            return Err(crate::MethodError::Internal(format!(
+                "the dataset holds slot holders' shares of the window {:?} with {:?} attribution, \
+                 not of this analysis",
+                shares.window, shares.attribution
+            )));
+        }
+        Ok(Some(shares))
+    }
+
+    /// Clears the stages with known shares in `mask` (except `keep`'s).
+    pub(crate) fn unmark(&self, mask: &mut [bool], keep: &[bool]) {
+        for &s in self.known.keys() {
+            let s = s as usize;
+            if s < mask.len() && !keep.get(s).copied().unwrap_or(false) {
+                mask[s] = false;
+            }
+        }
+    }
+
+    /// Gives `rho`'s shares of the stages of `mask` (explained whole) to
+    /// [`HolderShares::keep`], and adds the known ones to `rho`.
+    pub(crate) fn complete(&self, ds: &Dataset, mask: &[bool], rho: &mut Rho) {
+        if let Some(keep) = &self.keep {
+            let none = Shares::new();
+            for (s, _) in mask.iter().enumerate().filter(|(_, m)| **m) {
+                keep(ds, s as u32, rho.0.get(&(s as u32)).unwrap_or(&none));
+            }
+        }
+        for (s, v) in &self.known {
+            rho.0.entry(*s).or_insert_with(|| v.clone());
+        }
+    }
+}
 
 /// Seconds each stage's tasks ran in each window: by stage for a plain
 /// analysis' one window, by (window, stage) for a series.
@@ -46,7 +139,7 @@ impl RunSeconds {
 
 /// Per holder stage, the shares `rho(cs, X)` of section 5b, from window
 /// `w`'s `entries` (every stage explained, every task).
-pub(crate) struct Rho(FxHashMap<u32, Vec<(Culprit, f64)>>);
+pub(crate) struct Rho(FxHashMap<u32, Shares>);
 
 impl Rho {
     pub(crate) fn of<'a>(
