@@ -39,8 +39,10 @@ pub struct Engine {
     /// A cluster's workers, which sweep the host buckets of a large
     /// store's analyses (`shards.rs`); none in a single process.
     sweeper: Option<Arc<dyn Sweeper>>,
-    /// Slot holders' shares computed by focused analyses (`shares.rs`).
+    /// Slot holders' shares computed by focused analyses (`shares.rs`),
+    /// with what they may take held in the budget (a server's engine).
     pub(crate) shares: Arc<crate::shares::SharesCache>,
+    _shares_held: Option<Reservation>,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -77,6 +79,7 @@ impl Engine {
             read_cache: None,
             sweeper: None,
             shares: Default::default(),
+            _shares_held: None,
         }
     }
 
@@ -130,9 +133,11 @@ impl Engine {
     pub fn with_budget(store: Store, budget: Budget) -> Self {
         let bytes = budget.read_cache();
         let read_cache = (bytes > 0).then(|| (ReadCache::new(bytes), budget.reserve(bytes)));
+        let shares_held = Some(budget.reserve(crate::shares::BYTES));
         Engine {
             budget,
             read_cache,
+            _shares_held: shares_held,
             ..Self::new(store)
         }
     }

@@ -141,9 +141,47 @@ impl Engine {
             return Ok(None);
         };
         let whole = self.whole_tables(&manifest).await?;
-        self.focused_at(manifest, &spans, &whole, focus, true)
-            .await
-            .map(Some)
+        let (snapshot, swept) = self
+            .focused_at(manifest.clone(), &spans, &whole, focus, true)
+            .await?;
+        if swept.is_empty() || self.read_cache().is_none() {
+            return Ok(Some(snapshot));
+        }
+        // A server's engine: the holders not kept yet are explained now
+        // and their shares kept, then the victims are read and explained
+        // as every later call will (every holder kept), so that the same
+        // statement gives the same numbers to the last digit (its sums are
+        // over the same rows in the same order). The second read comes
+        // from the read cache.
+        self.keep_holder_shares(&snapshot, focus, swept).await?;
+        let (snapshot, _) = self
+            .focused_at(manifest, &spans, &whole, focus, true)
+            .await?;
+        Ok(Some(snapshot))
+    }
+
+    /// Explains the victims of `focus` and the `holders` on `snapshot`
+    /// (which holds their whole neighbourhoods) for the shares it keeps
+    /// (`shares.rs`): every holder found, so that the next call finds none
+    /// to sweep.
+    async fn keep_holder_shares(
+        &self,
+        snapshot: &Snapshot,
+        focus: &Focus,
+        holders: Vec<u32>,
+    ) -> Result<(), Error> {
+        let ds = snapshot.ds.clone();
+        let (window, attribution) = (focus.window, focus.attribution);
+        let mut mask = of_victims(&ds, &focus.victims);
+        for s in holders {
+            mask[s as usize] = true;
+        }
+        tokio::task::spawn_blocking(move || {
+            culprit_core::method::keep_shares(&ds, &mask, window, attribution)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("explaining the slot holders: {e}")))??;
+        Ok(())
     }
 
     /// The groups in which an analysis over every query that ran in
@@ -219,6 +257,7 @@ impl Engine {
             false,
         )
         .await
+        .map(|(snapshot, _)| snapshot)
     }
 
     /// The tables of one row per stage or query, which every focused
@@ -252,7 +291,7 @@ impl Engine {
         whole: &WholeTables,
         focus: &Focus,
         cached: bool,
-    ) -> Result<Snapshot, Error> {
+    ) -> Result<(Snapshot, Vec<u32>), Error> {
         let started = std::time::Instant::now();
         let store = self.store();
         let victims = &focus.victims;
@@ -393,12 +432,19 @@ impl Engine {
             holders.len(),
             ds.shares.as_ref().map_or(0, |s| s.known.len())
         );
-        Ok(Snapshot {
+        let victim = of_victims(&ds, victims);
+        let swept: Vec<u32> = holders
+            .iter()
+            .copied()
+            .filter(|&s| !victim[s as usize])
+            .collect();
+        let snapshot = Snapshot {
             ds: Arc::new(ds),
             buckets: None,
             source: Arc::new((store.clone(), manifest)),
             sweeper: None,
-        })
+        };
+        Ok((snapshot, swept))
     }
 
     /// The rows of `files` in row groups that may overlap `span`: through
@@ -411,12 +457,13 @@ impl Engine {
         span: (i64, i64),
         cached: bool,
     ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
-        match self.read_cache() {
+        let rows = match self.read_cache() {
             Some(cache) if cached => self
                 .store()
                 .scan_overlapping_cached(files, None, span.0, span.1, cache),
             _ => self.store().scan_overlapping(files, None, span.0, span.1),
-        }
+        };
+        ahead(rows)
     }
 
     /// The query index of `manifest`, read once per version.
@@ -504,6 +551,26 @@ fn keep(
 fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecondArray> {
     b.column_by_name(column)
         .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
+}
+
+/// `rows` read and decoded ahead by a task of their own, two batches at
+/// most, so that decoding runs on one core while the caller folds the
+/// rows into its dataset on another. The task stops at the first error or
+/// when the caller drops the stream (a cancelled statement).
+fn ahead(
+    mut rows: futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>>,
+) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        while let Some(b) = rows.next().await {
+            let failed = b.is_err();
+            if tx.send(b).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) }).boxed()
 }
 
 fn add_tasks(ds: &mut Dataset, tasks: &[RecordBatch]) {

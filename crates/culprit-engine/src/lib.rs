@@ -32,5 +32,6 @@ pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};
 pub use error::Error;
 pub use focus::{Focus, VictimGroups, GROUP_TASKS};
 pub use shards::{share_schema, SweepJob, Sweeper};
+pub use shares::BYTES as HOLDER_SHARES_BYTES;
 
 pub use culprit_core::method;

@@ -9,7 +9,8 @@
 //! analyses computed, by store version, and the next analysis neither reads
 //! nor sweeps those holders' neighbourhoods again (`focus.rs`). Names, not
 //! the numbers of one dataset, key them. A new store version empties it;
-//! at most [`MAX_STAGES`] stages are kept (then it starts over).
+//! at most [`MAX_STAGES`] stages and [`MAX_ENTRIES`] culprit entries are
+//! kept (then it starts over).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,9 +18,15 @@ use std::sync::{Arc, Mutex};
 use culprit_core::method::transitive::Shares;
 use culprit_core::method::{Attribution, Culprit, Dataset, Micros};
 
-/// Stages whose shares an engine keeps, at most: a few dozen culprits
-/// each, about 2 KiB with the names, so some 32 MiB at most.
+/// Stages whose shares an engine keeps, at most.
 pub const MAX_STAGES: usize = 16_384;
+
+/// Culprit entries kept over all stages, at most (about 100 bytes each
+/// with their names: [`BYTES`] in all).
+pub const MAX_ENTRIES: usize = 262_144;
+
+/// What the kept shares may take, held in a server's memory budget.
+pub const BYTES: usize = 32 << 20;
 
 /// A culprit by name: a stage as (query, stage id).
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +49,8 @@ pub(crate) struct SharesCache(Mutex<Inner>);
 struct Inner {
     version: u64,
     map: HashMap<Key, NamedShares>,
+    /// Culprit entries over all stages.
+    entries: usize,
 }
 
 impl SharesCache {
@@ -78,8 +87,12 @@ impl SharesCache {
         if version < inner.version {
             return;
         }
-        if version > inner.version || inner.map.len() >= MAX_STAGES {
+        if version > inner.version
+            || inner.map.len() >= MAX_STAGES
+            || inner.entries + shares.len() > MAX_ENTRIES
+        {
             inner.map.clear();
+            inner.entries = 0;
             inner.version = version;
         }
         let named = shares
@@ -103,7 +116,13 @@ impl SharesCache {
             window,
             attribution,
         );
-        inner.map.insert(key, Arc::new(named));
+        // The first shares kept stay: every later analysis of this version
+        // uses the same numbers (the same statement, the same result).
+        let inner = &mut *inner;
+        if let std::collections::hash_map::Entry::Vacant(e) = inner.map.entry(key) {
+            inner.entries += shares.len();
+            e.insert(Arc::new(named));
+        }
     }
 
     /// How many stages' shares are kept.

@@ -206,11 +206,12 @@ impl Server {
         if let Some(limit) = budget.limit() {
             log::info!(
                 "memory budget {} MiB, {} heavy analyses at once, {} waiting at most, \
-                 read cache {} MiB",
+                 read cache {} MiB, slot holders' shares {} MiB",
                 limit >> 20,
                 opts.budget.heavy_slots.max(1),
                 opts.budget.heavy_queue.unwrap_or(opts.max_connections),
-                budget.read_cache() >> 20
+                budget.read_cache() >> 20,
+                culprit_engine::HOLDER_SHARES_BYTES >> 20
             );
         }
         let mut engine = culprit_sql::Engine::with_budget(store.clone(), budget)

@@ -78,6 +78,30 @@ pub fn blame_series_sharded<S: Shards>(
     })
 }
 
+/// Explains the stages of `mask` whole over the window rows in memory and
+/// gives their shares `rho` (section 5b) in `window` with `attribution` to
+/// the dataset's [`HolderShares::keep`] (nothing without one): a server
+/// keeps the shares of every stage whose neighbourhood a focused read
+/// holds, slot holder of the victims or not.
+pub fn keep_shares(
+    ds: &Dataset,
+    mask: &[bool],
+    window: (super::model::Micros, super::model::Micros),
+    attribution: Attribution,
+) -> Result<(), MethodError> {
+    let windows = Windows::one(window);
+    let Some(shares) = HolderShares::of(ds, &windows, attribution)? else {
+        return Ok(());
+    };
+    let run = RunSeconds::of(ds, &windows);
+    let entries = schedule::in_memory(ds, Explained::stages(mask), &windows, attribution)?
+        .pop()
+        .unwrap_or_default();
+    let mut rho = Rho::of(entries.iter(), &run, 0);
+    shares.complete(ds, mask, &mut rho);
+    Ok(())
+}
+
 /// [`pass_on`] of the entries of `chunks` that `keep` keeps, chunk by
 /// chunk, each dropped once passed on: memory holds a large analysis's
 /// level 4 about once, not twice (its entries, in the same order).

@@ -50,7 +50,9 @@ mod tests;
 mod tests_papers;
 
 pub use beta::BetaAcc;
-pub use blame::{blame, blame_series, blame_series_sharded, blame_series_streamed, blame_streamed};
+pub use blame::{
+    blame, blame_series, blame_series_sharded, blame_series_streamed, blame_streamed, keep_shares,
+};
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};
 pub use level4::{Culprit, Entry, Level4};
