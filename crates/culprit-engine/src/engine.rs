@@ -133,10 +133,14 @@ impl Engine {
     pub fn with_budget(store: Store, budget: Budget) -> Self {
         let bytes = budget.read_cache();
         let read_cache = (bytes > 0).then(|| (ReadCache::new(bytes), budget.reserve(bytes)));
-        let shares_held = Some(budget.reserve(crate::shares::BYTES));
+        // The holders' shares of a server's engine (with a read cache):
+        // as much as the read cache at most.
+        let shares = crate::shares::BYTES.min(bytes);
+        let shares_held = (shares > 0).then(|| budget.reserve(shares));
         Engine {
             budget,
             read_cache,
+            shares: Arc::new(crate::shares::SharesCache::new(shares)),
             _shares_held: shares_held,
             ..Self::new(store)
         }

@@ -66,7 +66,9 @@ impl Focus {
     pub fn of(opts: &BlameOptions) -> Option<Focus> {
         opts.victims.clone().map(|victims| Focus {
             victims,
-            holders: opts.slots == SlotBlame::Transitive,
+            // With the paper's attribution a slot wait is `unknown`: no
+            // holder is blamed, none needs its own blame.
+            holders: opts.slots == SlotBlame::Transitive && opts.attribution != Attribution::Paper,
             window: culprit_core::method::window(opts),
             attribution: opts.attribution,
         })
@@ -144,7 +146,7 @@ impl Engine {
         let (snapshot, swept) = self
             .focused_at(manifest.clone(), &spans, &whole, focus, true)
             .await?;
-        if swept.is_empty() || self.read_cache().is_none() {
+        if swept.is_empty() || snapshot.ds.shares.is_none() {
             return Ok(Some(snapshot));
         }
         // A server's engine: the holders not kept yet are explained now
@@ -154,6 +156,7 @@ impl Engine {
         // over the same rows in the same order). The second read comes
         // from the read cache.
         self.keep_holder_shares(&snapshot, focus, swept).await?;
+        drop(snapshot);
         let (snapshot, _) = self
             .focused_at(manifest, &spans, &whole, focus, true)
             .await?;
@@ -307,6 +310,9 @@ impl Engine {
         let mut region = None;
         let mut holders = Vec::new();
         let mut known = Vec::new();
+        // Holders' shares are kept and used by a server's engine (one with
+        // a read cache), for named victims.
+        let keeps = cached && self.read_cache().is_some();
         if let Some((a, b)) = hull {
             let tasks = self
                 .tasks_overlapping(&manifest, (a, b), None, cached)
@@ -319,7 +325,7 @@ impl Engine {
                 // their tasks run inside their queries' spans. Not of
                 // those whose shares the engine kept (named victims only).
                 holders = slot_holders(&ds, victims);
-                if cached {
+                if keeps {
                     let victim = of_victims(&ds, victims);
                     holders.retain(|&s| {
                         let kept = (!victim[s as usize])
@@ -364,9 +370,14 @@ impl Engine {
         for b in &whole.queries {
             ds.add_queries(b);
         }
-        if cached && focus.holders {
-            // The kept shares in this dataset's numbers, and where the
-            // analysis gives those it computes.
+        if keeps && focus.holders {
+            // The kept shares in this dataset's numbers, the stages whose
+            // whole neighbourhood the dataset holds (the only ones whose
+            // shares it can compute), and where the analysis gives those.
+            let mut whole = of_victims(&ds, victims);
+            for &s in &holders {
+                whole[s as usize] = true;
+            }
             let known = known
                 .iter()
                 .map(|(s, shares)| (*s, crate::shares::resolve(&mut ds, shares)))
@@ -384,6 +395,7 @@ impl Engine {
                 window,
                 attribution,
                 known,
+                whole,
                 keep: Some(keep),
             }));
         }
@@ -556,13 +568,15 @@ fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecond
 /// `rows` read and decoded ahead by a task of their own, two batches at
 /// most, so that decoding runs on one core while the caller folds the
 /// rows into its dataset on another. The task stops at the first error or
-/// when the caller drops the stream (a cancelled statement).
+/// when the caller drops the stream (a cancelled statement: it is
+/// aborted); if it fails (a panic), the stream ends with that error, never
+/// early as if the rows were all read.
 fn ahead(
     mut rows: futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>>,
 ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
     use futures::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::channel(2);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         while let Some(b) = rows.next().await {
             let failed = b.is_err();
             if tx.send(b).await.is_err() || failed {
@@ -570,7 +584,37 @@ fn ahead(
             }
         }
     });
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) }).boxed()
+    struct Ahead {
+        rx: tokio::sync::mpsc::Receiver<culprit_store::Result<RecordBatch>>,
+        task: Option<tokio::task::JoinHandle<()>>,
+    }
+    impl Drop for Ahead {
+        fn drop(&mut self) {
+            if let Some(task) = &self.task {
+                task.abort();
+            }
+        }
+    }
+    let state = Ahead {
+        rx,
+        task: Some(task),
+    };
+    futures::stream::unfold(state, |mut a| async move {
+        if let Some(b) = a.rx.recv().await {
+            return Some((b, a));
+        }
+        let task = a.task.take()?;
+        match task.await {
+            Ok(()) => None,
+            Err(e) => Some((
+                Err(culprit_store::StoreError::Worker(format!(
+                    "reading rows ahead: {e}"
+                ))),
+                a,
+            )),
+        }
+    })
+    .boxed()
 }
 
 fn add_tasks(ds: &mut Dataset, tasks: &[RecordBatch]) {
@@ -700,5 +744,35 @@ impl Needs {
         arrow::compute::filter_record_batch(b, &mask)
             .map(Some)
             .map_err(|e| Error::Internal(format!("filtering host rows: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn batch() -> RecordBatch {
+        RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()))
+    }
+
+    /// A reader that fails (a panic while decoding) ends the rows with an
+    /// error: the dataset is never taken as whole when it is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_reader_ends_the_rows_with_an_error() {
+        let failing = futures::stream::unfold(0, |i| async move {
+            assert!(i < 2, "decoding failed");
+            Some((Ok(batch()), i + 1))
+        })
+        .boxed();
+        let got: Vec<_> = ahead(failing).collect().await;
+        assert_eq!(got.len(), 3, "two batches, then the error");
+        assert!(got[..2].iter().all(|b| b.is_ok()));
+        let err = got[2].as_ref().unwrap_err().to_string();
+        assert!(err.contains("reading rows ahead"), "{err}");
+
+        let whole = futures::stream::iter((0..5).map(|_| Ok(batch()))).boxed();
+        let got: Vec<_> = ahead(whole).collect().await;
+        assert!(got.len() == 5 && got.iter().all(|b| b.is_ok()));
     }
 }

@@ -9,8 +9,9 @@
 //! analyses computed, by store version, and the next analysis neither reads
 //! nor sweeps those holders' neighbourhoods again (`focus.rs`). Names, not
 //! the numbers of one dataset, key them. A new store version empties it;
-//! at most [`MAX_STAGES`] stages and [`MAX_ENTRIES`] culprit entries are
-//! kept (then it starts over).
+//! at most [`MAX_STAGES`] stages and what its bytes allow of culprit
+//! entries are kept (then it starts over). Only a server's engine (one with
+//! a read cache) keeps them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,12 +22,12 @@ use culprit_core::method::{Attribution, Culprit, Dataset, Micros};
 /// Stages whose shares an engine keeps, at most.
 pub const MAX_STAGES: usize = 16_384;
 
-/// Culprit entries kept over all stages, at most (about 100 bytes each
-/// with their names: [`BYTES`] in all).
-pub const MAX_ENTRIES: usize = 262_144;
-
-/// What the kept shares may take, held in a server's memory budget.
+/// What the kept shares may take at most, held in a server's memory
+/// budget (less when its read cache is smaller: the same).
 pub const BYTES: usize = 32 << 20;
+
+/// What a kept culprit entry takes with its names, about.
+const ENTRY_BYTES: usize = 160;
 
 /// A culprit by name: a stage as (query, stage id).
 #[derive(Debug, Clone, PartialEq)]
@@ -43,7 +44,11 @@ type Key = (String, String, (Micros, Micros), Attribution);
 pub(crate) type NamedShares = Arc<Vec<(Named, f64)>>;
 
 #[derive(Debug, Default)]
-pub(crate) struct SharesCache(Mutex<Inner>);
+pub(crate) struct SharesCache {
+    inner: Mutex<Inner>,
+    /// Culprit entries kept over all stages, at most.
+    max_entries: usize,
+}
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -54,6 +59,14 @@ struct Inner {
 }
 
 impl SharesCache {
+    /// A cache of at most `bytes` (about).
+    pub(crate) fn new(bytes: usize) -> SharesCache {
+        SharesCache {
+            inner: Mutex::default(),
+            max_entries: bytes / ENTRY_BYTES,
+        }
+    }
+
     /// The shares of stage `stage` of query `query` at store `version`.
     pub(crate) fn get(
         &self,
@@ -63,7 +76,7 @@ impl SharesCache {
         window: (Micros, Micros),
         attribution: Attribution,
     ) -> Option<NamedShares> {
-        let inner = self.0.lock().ok()?;
+        let inner = self.inner.lock().ok()?;
         if inner.version != version {
             return None;
         }
@@ -81,7 +94,7 @@ impl SharesCache {
         attribution: Attribution,
         shares: &Shares,
     ) {
-        let Ok(mut inner) = self.0.lock() else {
+        let Ok(mut inner) = self.inner.lock() else {
             return;
         };
         if version < inner.version {
@@ -89,7 +102,7 @@ impl SharesCache {
         }
         if version > inner.version
             || inner.map.len() >= MAX_STAGES
-            || inner.entries + shares.len() > MAX_ENTRIES
+            || inner.entries + shares.len() > self.max_entries
         {
             inner.map.clear();
             inner.entries = 0;
@@ -127,7 +140,7 @@ impl SharesCache {
 
     /// How many stages' shares are kept.
     pub(crate) fn len(&self) -> usize {
-        self.0.lock().map_or(0, |i| i.map.len())
+        self.inner.lock().map_or(0, |i| i.map.len())
     }
 }
 

@@ -182,7 +182,6 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
         .snapshot(false)
         .await
         .unwrap();
-    let engine = Engine::new(store.clone());
     // A server's engine reads through its read cache: one that holds the
     // whole neighbourhood (read twice: decoded, then from the cache), and
     // one too small to hold it (entries dropped while they are read).
@@ -194,6 +193,8 @@ async fn compare(store: &Store, victims: &[String]) -> usize {
         Engine::with_budget(store.clone(), budget)
     };
     let (cached, tiny) = (with_cache(64 << 20), with_cache(256 << 10));
+    // A server's engine keeps the slot holders' shares (`shares.rs`).
+    let engine = with_cache(64 << 20);
     let variants = common::variants();
     let mut compared = 0;
     for v in victims {
@@ -424,14 +425,28 @@ async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows
         ..opts
     };
     let want = culprits(&full, &opts);
-    let engine = Engine::new(store_of(&w).await);
+    let budget = Budget::new(BudgetOptions {
+        read_cache: Some(64 << 20),
+        ..Default::default()
+    });
+    let engine = Engine::with_budget(store_of(&w).await, budget);
     let focus = Focus::of(&opts).unwrap();
+    // The first call keeps the holders' shares (`holder` and `other`:
+    // both hold slots of the pool while the victim waits) and the
+    // victim's, then explains the victim with the holders' kept.
     let first = engine.focused(&focus).await.unwrap().unwrap();
     assert_same(&want, &culprits(&first, &opts), "first call");
-    assert_eq!(first.ds.shares.as_ref().unwrap().known.len(), 0);
+    assert_eq!(first.ds.shares.as_ref().unwrap().known.len(), 2);
+    assert_eq!(engine.holder_shares_kept(), 3);
     let again = engine.focused(&focus).await.unwrap().unwrap();
-    // (`holder` and `other`: both hold slots of the pool while it waits.)
     assert_eq!(again.ds.shares.as_ref().unwrap().known.len(), 2);
+    assert_eq!(culprits(&first, &opts), culprits(&again, &opts));
+    // An engine without a read cache (one process, one question) keeps
+    // none.
+    let single = Engine::new(store_of(&w).await);
+    let one = single.focused(&focus).await.unwrap().unwrap();
+    assert!(one.ds.shares.is_none() && single.holder_shares_kept() == 0);
+    assert_same(&want, &culprits(&one, &opts), "without a read cache");
     assert_same(&want, &culprits(&again, &opts), "asked again");
     // Of another window or attribution, the kept shares cannot be used.
     let paper = BlameOptions {

@@ -211,7 +211,7 @@ impl Server {
                 opts.budget.heavy_slots.max(1),
                 opts.budget.heavy_queue.unwrap_or(opts.max_connections),
                 budget.read_cache() >> 20,
-                culprit_engine::HOLDER_SHARES_BYTES >> 20
+                culprit_engine::HOLDER_SHARES_BYTES.min(budget.read_cache()) >> 20
             );
         }
         let mut engine = culprit_sql::Engine::with_budget(store.clone(), budget)

@@ -31,6 +31,10 @@ pub struct HolderShares {
     pub attribution: Attribution,
     /// Per stage of the dataset.
     pub known: FxHashMap<u32, Shares>,
+    /// Per stage of the dataset: whether it holds the stage's whole
+    /// neighbourhood (its tasks, and every row that overlapped them on
+    /// their hosts); only those stages' shares are given to `keep`.
+    pub whole: Vec<bool>,
     /// Given the shares of every stage an analysis explained whole (its
     /// victims' and the holders' not known), to keep for later ones.
     pub keep: Option<Arc<KeepShares>>,
@@ -87,12 +91,14 @@ impl HolderShares {
         }
     }
 
-    /// Gives `rho`'s shares of the stages of `mask` (explained whole) to
-    /// [`HolderShares::keep`], and adds the known ones to `rho`.
+    /// Gives `rho`'s shares of the stages of `mask` (explained whole) whose
+    /// whole neighbourhood the dataset holds to [`HolderShares::keep`], and
+    /// adds the known ones to `rho`.
     pub(crate) fn complete(&self, ds: &Dataset, mask: &[bool], rho: &mut Rho) {
         if let Some(keep) = &self.keep {
             let none = Shares::new();
-            for (s, _) in mask.iter().enumerate().filter(|(_, m)| **m) {
+            let whole = |s: usize| self.whole.get(s).copied().unwrap_or(false);
+            for (s, _) in mask.iter().enumerate().filter(|(s, m)| **m && whole(*s)) {
                 keep(ds, s as u32, rho.0.get(&(s as u32)).unwrap_or(&none));
             }
         }
