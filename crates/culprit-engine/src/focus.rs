@@ -146,7 +146,7 @@ impl Engine {
         let (snapshot, swept) = self
             .focused_at(manifest.clone(), &spans, &whole, focus, true)
             .await?;
-        if swept.is_empty() || snapshot.ds.shares.is_none() {
+        if !swept || snapshot.ds.shares.is_none() {
             return Ok(Some(snapshot));
         }
         // A server's engine: the holders not kept yet are explained now
@@ -155,7 +155,7 @@ impl Engine {
         // statement gives the same numbers to the last digit (its sums are
         // over the same rows in the same order). The second read comes
         // from the read cache.
-        self.keep_holder_shares(&snapshot, focus, swept).await?;
+        self.keep_holder_shares(&snapshot).await?;
         drop(snapshot);
         let (snapshot, _) = self
             .focused_at(manifest, &spans, &whole, focus, true)
@@ -163,24 +163,17 @@ impl Engine {
         Ok(Some(snapshot))
     }
 
-    /// Explains the victims of `focus` and the `holders` on `snapshot`
-    /// (which holds their whole neighbourhoods) for the shares it keeps
-    /// (`shares.rs`): every holder found, so that the next call finds none
-    /// to sweep.
-    async fn keep_holder_shares(
-        &self,
-        snapshot: &Snapshot,
-        focus: &Focus,
-        holders: Vec<u32>,
-    ) -> Result<(), Error> {
+    /// Explains the stages whose whole neighbourhood `snapshot` holds (the
+    /// victims' and the holders' not kept: `HolderShares::whole`) for the
+    /// shares it keeps (`shares.rs`): every holder found, so that the next
+    /// call finds none to sweep.
+    async fn keep_holder_shares(&self, snapshot: &Snapshot) -> Result<(), Error> {
         let ds = snapshot.ds.clone();
-        let (window, attribution) = (focus.window, focus.attribution);
-        let mut mask = of_victims(&ds, &focus.victims);
-        for s in holders {
-            mask[s as usize] = true;
-        }
         tokio::task::spawn_blocking(move || {
-            culprit_core::method::keep_shares(&ds, &mask, window, attribution)
+            let Some(shares) = ds.shares.as_deref() else {
+                return Ok(());
+            };
+            culprit_core::method::keep_shares(&ds, &shares.whole, shares.window, shares.attribution)
         })
         .await
         .map_err(|e| Error::Internal(format!("explaining the slot holders: {e}")))??;
@@ -294,7 +287,7 @@ impl Engine {
         whole: &WholeTables,
         focus: &Focus,
         cached: bool,
-    ) -> Result<(Snapshot, Vec<u32>), Error> {
+    ) -> Result<(Snapshot, bool), Error> {
         let started = std::time::Instant::now();
         let store = self.store();
         let victims = &focus.victims;
@@ -308,6 +301,7 @@ impl Engine {
             },
         );
         let mut region = None;
+        let mut victim = Vec::new();
         let mut holders = Vec::new();
         let mut known = Vec::new();
         // Holders' shares are kept and used by a server's engine (one with
@@ -318,15 +312,16 @@ impl Engine {
                 .tasks_overlapping(&manifest, (a, b), None, cached)
                 .await?;
             add_tasks(&mut ds, &tasks);
+            // Every victim task overlaps `[a, b]`: their stages are known.
+            victim = of_victims(&ds, victims);
             let mut u = (a, b);
             if focus.holders {
                 // The slot holders: stages with a task running while a
                 // victim task waited; their whole own blame is needed, and
                 // their tasks run inside their queries' spans. Not of
                 // those whose shares the engine kept (named victims only).
-                holders = slot_holders(&ds, victims);
+                holders = slot_holders(&ds, &victim);
                 if keeps {
-                    let victim = of_victims(&ds, victims);
                     holders.retain(|&s| {
                         let kept = (!victim[s as usize])
                             .then(|| {
@@ -363,7 +358,13 @@ impl Engine {
             }
             region = Some(u);
         }
-        let needs = Needs::of(&ds, victims, &holders);
+        // The stages explained whole: the victims' and the holders' not
+        // kept.
+        let mut explained = victim.clone();
+        for &s in &holders {
+            explained[s as usize] = true;
+        }
+        let needs = Needs::of(&ds, &explained);
         for b in &whole.stages {
             ds.add_stages(b);
         }
@@ -374,14 +375,12 @@ impl Engine {
             // The kept shares in this dataset's numbers, the stages whose
             // whole neighbourhood the dataset holds (the only ones whose
             // shares it can compute), and where the analysis gives those.
-            let mut whole = of_victims(&ds, victims);
-            for &s in &holders {
-                whole[s as usize] = true;
-            }
             let known = known
                 .iter()
                 .map(|(s, shares)| (*s, crate::shares::resolve(&mut ds, shares)))
                 .collect();
+            // A mask of every stage (the sweeps index it by stage).
+            explained.resize(ds.stages.len(), false);
             let (cache, version, window, attribution) = (
                 self.shares.clone(),
                 manifest.version,
@@ -395,7 +394,7 @@ impl Engine {
                 window,
                 attribution,
                 known,
-                whole,
+                whole: explained,
                 keep: Some(keep),
             }));
         }
@@ -444,12 +443,7 @@ impl Engine {
             holders.len(),
             ds.shares.as_ref().map_or(0, |s| s.known.len())
         );
-        let victim = of_victims(&ds, victims);
-        let swept: Vec<u32> = holders
-            .iter()
-            .copied()
-            .filter(|&s| !victim[s as usize])
-            .collect();
+        let swept = holders.iter().any(|&s| !victim[s as usize]);
         let snapshot = Snapshot {
             ds: Arc::new(ds),
             buckets: None,
@@ -548,15 +542,24 @@ fn keep(
     let mask: BooleanArray = (0..b.num_rows())
         .map(|i| Some(overlaps(span, i) && !except.is_some_and(|x| overlaps(x, i))))
         .collect();
+    filtered(b, &mask, "rows by time")
+}
+
+/// The rows of `b` that `mask` keeps; `None` if it keeps none.
+fn filtered(
+    b: &RecordBatch,
+    mask: &BooleanArray,
+    what: &str,
+) -> Result<Option<RecordBatch>, Error> {
     if mask.true_count() == 0 {
         return Ok(None);
     }
     if mask.true_count() == b.num_rows() {
         return Ok(Some(b.clone()));
     }
-    arrow::compute::filter_record_batch(b, &mask)
+    arrow::compute::filter_record_batch(b, mask)
         .map(Some)
-        .map_err(|e| Error::Internal(format!("filtering rows by time: {e}")))
+        .map_err(|e| Error::Internal(format!("filtering {what}: {e}")))
 }
 
 /// A time column of `b`.
@@ -628,8 +631,7 @@ fn add_tasks(ds: &mut Dataset, tasks: &[RecordBatch]) {
 /// of a victim waited for a slot (ready to launch): the stages its slot
 /// waits can be blamed on (a superset: the method's slot sweep blames
 /// those of the victim's slot pool).
-fn slot_holders(ds: &Dataset, victims: &[String]) -> Vec<u32> {
-    let victim = of_victims(ds, victims);
+fn slot_holders(ds: &Dataset, victim: &[bool]) -> Vec<u32> {
     let mut waits: Vec<(i64, i64)> = ds
         .tasks
         .iter()
@@ -679,14 +681,11 @@ fn merged(spans: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
 struct Needs(Vec<Vec<(i64, i64)>>);
 
 impl Needs {
-    fn of(ds: &Dataset, victims: &[String], holders: &[u32]) -> Needs {
-        let mut explained = of_victims(ds, victims);
-        for &s in holders {
-            explained[s as usize] = true;
-        }
+    /// The spans of the tasks of the stages `explained` (per stage of `ds`).
+    fn of(ds: &Dataset, explained: &[bool]) -> Needs {
         let mut per_host: Vec<Vec<(i64, i64)>> = vec![Vec::new(); ds.hosts.len()];
         for t in &ds.tasks {
-            if explained[t.stage as usize] {
+            if explained.get(t.stage as usize) == Some(&true) {
                 let first = t.ready.map_or(t.launch, |r| r.min(t.launch));
                 per_host[t.host as usize].push((first, t.finish));
             }
@@ -735,15 +734,7 @@ impl Needs {
                 Some(keep)
             })
             .collect();
-        if mask.true_count() == 0 {
-            return Ok(None);
-        }
-        if mask.true_count() == b.num_rows() {
-            return Ok(Some(b.clone()));
-        }
-        arrow::compute::filter_record_batch(b, &mask)
-            .map(Some)
-            .map_err(|e| Error::Internal(format!("filtering host rows: {e}")))
+        filtered(b, &mask, "host rows")
     }
 }
 
