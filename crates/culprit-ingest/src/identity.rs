@@ -9,10 +9,13 @@
 //! it: a row whose identity is already stored is skipped like a keyed row
 //! whose key is stored (the stored row stands).
 //!
-//! Identities are compared by a 128-bit digest (two aHash of the values
-//! with fixed seeds, length-prefixed so that no two different identities give the same
-//! bytes). Digests are never stored: they are computed again from the
-//! columns of each file read.
+//! Identities are compared by a 128-bit digest: two aHash with fixed seeds
+//! of the same words (which parts are valid, then each part's value: a
+//! time as it is, a text by its own length-prefixed hash), so that no two
+//! different identities give the same words. A text that repeats in its
+//! column (a task's id on each of its rows) is hashed once. Digests are
+//! never stored: they are computed again from the columns of each file
+//! read.
 
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, StringArray};
 use arrow::datatypes::TimestampMicrosecondType;
@@ -68,13 +71,6 @@ impl Digester {
         }
     }
 
-    /// Starts again with a tag byte (the buffer kept: no memset a row).
-    fn reset(&mut self, tag: u8) {
-        self.stack[0] = tag;
-        self.len = 1;
-        self.heap.clear();
-    }
-
     fn put(&mut self, bytes: &[u8]) {
         if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
             self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
@@ -94,27 +90,85 @@ impl Digester {
             &self.heap[..]
         };
         use std::hash::{BuildHasher, Hasher};
-        // Fixed seeds: digests are compared within one process only, but
-        // the same input must give the same digest on every run. (ahash
-        // XORs the seeds with its own constants: B's were those constants
-        // once, a hasher of zeros whose words were all 0, so digests had
-        // 64 bits.)
-        const A: ahash::RandomState = ahash::RandomState::with_seeds(
-            0x243f_6a88_85a3_08d3,
-            0x1319_8a2e_0370_7344,
-            0xa409_3822_299f_31d0,
-            0x082e_fa98_ec4e_6c89,
-        );
-        const B: ahash::RandomState = ahash::RandomState::with_seeds(
-            0x9216_d5d9_8979_fb1b,
-            0xd131_0ba6_98df_b5ac,
-            0x2ffd_72db_d01a_dfb7,
-            0xb8e1_afed_6a26_7e96,
-        );
         let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
         a.write(bytes);
         b.write(bytes);
         (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    }
+}
+
+/// The two hashers of keys and identities. Fixed seeds: digests are
+/// compared within one process only, but the same input must give the same
+/// digest on every run. (ahash XORs the seeds with its own constants: B's
+/// were those constants once, a hasher of zeros whose words were all 0, so
+/// digests had 64 bits.)
+const A: ahash::RandomState = ahash::RandomState::with_seeds(
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7344,
+    0xa409_3822_299f_31d0,
+    0x082e_fa98_ec4e_6c89,
+);
+const B: ahash::RandomState = ahash::RandomState::with_seeds(
+    0x9216_d5d9_8979_fb1b,
+    0xd131_0ba6_98df_b5ac,
+    0x2ffd_72db_d01a_dfb7,
+    0xb8e1_afed_6a26_7e96,
+);
+
+/// A text's two words: its length and bytes hashed by [`A`] and by [`B`].
+fn text_words(v: &[u8]) -> (u64, u64) {
+    use std::hash::{BuildHasher, Hasher};
+    let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
+    a.write_u64(v.len() as u64);
+    a.write(v);
+    b.write_u64(v.len() as u64);
+    b.write(v);
+    (a.finish(), b.finish())
+}
+
+/// The words of the texts last seen in one column, so that a value that
+/// repeats (a task's id on each of its rows, a resource's name) is hashed
+/// once, not once a row.
+struct Recent<'a> {
+    seen: [(&'a [u8], (u64, u64)); RECENT],
+    len: usize,
+    last: usize,
+    next: usize,
+}
+
+/// Texts remembered per column by [`Recent`].
+const RECENT: usize = 8;
+
+impl<'a> Recent<'a> {
+    fn new() -> Recent<'a> {
+        Recent {
+            seen: [(&[][..], (0, 0)); RECENT],
+            len: 0,
+            last: 0,
+            next: 0,
+        }
+    }
+
+    fn words(&mut self, v: &'a [u8]) -> (u64, u64) {
+        if self.len > 0 && self.seen[self.last].0 == v {
+            return self.seen[self.last].1;
+        }
+        if let Some(at) = self.seen[..self.len].iter().position(|(s, _)| *s == v) {
+            self.last = at;
+            return self.seen[at].1;
+        }
+        let words = text_words(v);
+        let at = if self.len < RECENT {
+            self.len += 1;
+            self.len - 1
+        } else {
+            let at = self.next;
+            self.next = (at + 1) % RECENT;
+            at
+        };
+        self.seen[at] = (v, words);
+        self.last = at;
+        words
     }
 }
 
@@ -155,36 +209,47 @@ impl<'a> Identities<'a> {
 
     /// The digest of row `i`'s identity.
     pub fn digest(&self, i: usize) -> u128 {
-        self.digest_in(&mut Digester::new(0x5a), i)
+        self.digest_with(i, |_, v| text_words(v))
     }
 
-    /// `f(i, digest)` for each of the first `rows` rows, in order (one
-    /// buffer for all).
+    /// `f(i, digest)` for each of the first `rows` rows, in order (the
+    /// digest of a text that repeats in its column computed once).
     pub fn each_digest(&self, rows: usize, mut f: impl FnMut(usize, u128)) {
-        let mut d = Digester::new(0x5a);
+        let mut recent: Vec<Recent<'a>> = self.parts.iter().map(|_| Recent::new()).collect();
         for i in 0..rows {
-            f(i, self.digest_in(&mut d, i));
+            f(i, self.digest_with(i, |p, v| recent[p].words(v)));
         }
     }
 
-    fn digest_in(&self, d: &mut Digester, i: usize) -> u128 {
-        d.reset(0x5a);
-        for part in &self.parts {
-            match part {
-                Part::Text(Some(s)) if s.is_valid(i) => {
-                    let v = s.value(i).as_bytes();
-                    d.put(&[1]);
-                    d.put(&(v.len() as u64).to_le_bytes());
-                    d.put(v);
-                }
+    /// Row `i`'s digest: a word of which parts are valid, then per part two
+    /// words, one per hasher (a text's [`text_words`], given by `text`
+    /// from part `p`'s bytes; a time's value twice; 0 for a NULL), hashed
+    /// by [`A`] and [`B`]. The number of parts is fixed per table, so no
+    /// two identities give the same words.
+    fn digest_with(&self, i: usize, mut text: impl FnMut(usize, &'a [u8]) -> (u64, u64)) -> u128 {
+        use std::hash::{BuildHasher, Hasher};
+        let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
+        let mut valid = 0u64;
+        let mut words = [(0u64, 0u64); 8];
+        for (p, part) in self.parts.iter().enumerate() {
+            let w = match part {
+                Part::Text(Some(s)) if s.is_valid(i) => text(p, s.value(i).as_bytes()),
                 Part::Time(Some(t)) if t.is_valid(i) => {
-                    d.put(&[1]);
-                    d.put(&t.value(i).to_le_bytes());
+                    let v = t.value(i) as u64;
+                    (v, v)
                 }
-                _ => d.put(&[0]),
-            }
+                _ => continue,
+            };
+            valid |= 1 << p;
+            words[p] = w;
         }
-        d.finish()
+        a.write_u64(valid);
+        b.write_u64(valid);
+        for (x, y) in &words[..self.parts.len()] {
+            a.write_u64(*x);
+            b.write_u64(*y);
+        }
+        (u128::from(a.finish()) << 64) | u128::from(b.finish())
     }
 
     /// Row `i`'s identity as shown in a message: the values joined by `/`
@@ -274,6 +339,38 @@ mod tests {
         let projected = b.project(&[3, 0, 1, 2]).unwrap();
         let p = Identities::of_batch(Table::HostWindows, &projected);
         assert_eq!(p.digest(0), ids.digest(0));
+    }
+
+    #[test]
+    fn a_rows_digest_is_the_same_whether_its_texts_were_seen_before_or_not() {
+        // Hosts that repeat, alternate and cycle through more than the
+        // texts remembered per column; each_digest must give every row the
+        // digest digest(i) computes from nothing, and tell every
+        // identity apart.
+        let n = 400;
+        let hosts: Vec<Option<String>> = (0..n)
+            .map(|i| match i % 7 {
+                0 => None,
+                _ => Some(format!("h{}", (i * 7919 / 3) % (RECENT * 3 + 1))),
+            })
+            .collect();
+        let hosts: Vec<Option<&str>> = hosts.iter().map(|h| h.as_deref()).collect();
+        let resources: Vec<&str> = (0..n).map(|i| ["cpu", "disk", "net"][i % 3]).collect();
+        let starts: Vec<i64> = (0..n as i64).map(|i| i / 5).collect();
+        let scopes: Vec<Option<&str>> = (0..n).map(|i| (i % 11 == 0).then_some("p")).collect();
+        let b = rows(&hosts, &resources, &starts, &scopes);
+        let ids = Identities::of_batch(Table::HostWindows, &b);
+        let mut each = Vec::new();
+        ids.each_digest(n, |i, d| each.push((i, d)));
+        let alone: Vec<(usize, u128)> = (0..n).map(|i| (i, ids.digest(i))).collect();
+        assert_eq!(each, alone);
+        let shown: std::collections::HashSet<String> = (0..n).map(|i| ids.show(i)).collect();
+        let digests: std::collections::HashSet<u128> = alone.iter().map(|e| e.1).collect();
+        assert_eq!(digests.len(), shown.len());
+        let high: std::collections::HashSet<u64> =
+            alone.iter().map(|e| (e.1 >> 64) as u64).collect();
+        let low: std::collections::HashSet<u64> = alone.iter().map(|e| e.1 as u64).collect();
+        assert_eq!((high.len(), low.len()), (shown.len(), shown.len()));
     }
 
     #[test]

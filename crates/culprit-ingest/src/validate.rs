@@ -157,9 +157,10 @@ pub fn check(
     };
     let already = check_keys(&view, &raw, file, known, duplicates, &mut reasons);
 
-    let keep: BooleanArray = (0..rows)
-        .map(|i| Some(reasons.accepts(i) && !already[i]))
+    let keep: Vec<bool> = (0..rows)
+        .map(|i| reasons.accepts(i) && !already[i])
         .collect();
+    let all_kept = keep.iter().all(|k| *k);
     // Window identities are checked when the rows are written (the
     // driver's `drop_duplicate_windows`): they need where each row is from.
     let places = if crate::identity::columns(table).is_empty() {
@@ -167,23 +168,25 @@ pub fn check(
     } else {
         let f = known.file(file);
         (0..rows)
-            .filter(|&i| reasons.accepts(i) && !already[i])
+            .filter(|&i| keep[i])
             .map(|i| (f, raw.origins[i]))
             .collect()
     };
-    let buckets = if buckets.is_empty() {
+    let buckets = if buckets.is_empty() || all_kept {
         buckets
     } else {
-        (0..rows)
-            .filter(|&i| reasons.accepts(i) && !already[i])
-            .map(|i| buckets[i])
-            .collect()
+        (0..rows).filter(|&i| keep[i]).map(|i| buckets[i]).collect()
     };
-    let columns = columns
-        .iter()
-        .map(|c| filter(c, &keep))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+    let columns = if all_kept {
+        columns
+    } else {
+        let keep = BooleanArray::from(keep);
+        columns
+            .iter()
+            .map(|c| filter(c, &keep))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?
+    };
     let batch = RecordBatch::try_new(table.schema(), columns).map_err(|e| e.to_string())?;
 
     let mut rejected: Vec<(Origin, String)> = raw.unreadable;
@@ -267,9 +270,11 @@ fn convert_columns(
             }
             None => arrow::array::new_null_array(&spec.kind.data_type(), rows),
         };
-        for i in 0..rows {
-            if spec.required && array.is_null(i) {
-                reasons.reject(i, format!("{} is missing", spec.name));
+        if spec.required && array.null_count() > 0 {
+            for i in 0..rows {
+                if array.is_null(i) {
+                    reasons.reject(i, format!("{} is missing", spec.name));
+                }
             }
         }
         if spec.non_negative && spec.kind == ColumnKind::Float {
@@ -321,10 +326,17 @@ fn check_resources(columns: &Columns, rows: usize, reasons: &mut Reasons) {
         return;
     }
     let resources = columns.text("resource");
+    // A few names, each on many rows: the last one known is not parsed again.
+    let mut known: Option<&str> = None;
     for i in 0..rows {
         if resources.is_valid(i) {
-            if let Err(e) = resources.value(i).parse::<Resource>() {
-                reasons.reject(i, e);
+            let name = resources.value(i);
+            if known == Some(name) {
+                continue;
+            }
+            match name.parse::<Resource>() {
+                Ok(_) => known = Some(name),
+                Err(e) => reasons.reject(i, e),
             }
         }
     }
