@@ -10,8 +10,8 @@
 //! whose key is stored (the stored row stands).
 //!
 //! Identities are compared by a 128-bit digest: two aHash with fixed seeds
-//! of the same words (which parts are valid, then each part's value: a
-//! time as it is, a text by its own length-prefixed hash), so that no two
+//! of the same words (each part's value: a time as it is, a text by its
+//! own length-prefixed hash; then which parts are valid), so that no two
 //! different identities give the same words. A text that repeats in its
 //! column (a task's id on each of its rows) is hashed once. Digests are
 //! never stored: they are computed again from the columns of each file
@@ -38,63 +38,18 @@ pub fn columns(table: Table) -> &'static [&'static str] {
 }
 
 /// The digest of a key (the values of a table's key columns, or a task
-/// id): two aHash of the values, length-prefixed, as for identities.
+/// id): each value's length and bytes hashed by [`A`] and by [`B`].
 /// In-memory only.
 pub fn key_digest(values: &[&str]) -> (u64, u64) {
-    let mut d = Digester::new(0x3c);
+    use std::hash::{BuildHasher, Hasher};
+    let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
     for v in values {
-        d.put(&(v.len() as u64).to_le_bytes());
-        d.put(v.as_bytes());
-    }
-    let h = d.finish();
-    ((h >> 64) as u64, h as u64)
-}
-
-/// The bytes of a key or identity, hashed at once (one call per hasher,
-/// not one per value): on the stack up to 256 bytes, on the heap past
-/// that.
-struct Digester {
-    stack: [u8; 256],
-    len: usize,
-    heap: Vec<u8>,
-}
-
-impl Digester {
-    /// Starts with a tag byte (keys and identities hash apart).
-    fn new(tag: u8) -> Digester {
-        let mut stack = [0u8; 256];
-        stack[0] = tag;
-        Digester {
-            stack,
-            len: 1,
-            heap: Vec::new(),
+        for h in [&mut a, &mut b] {
+            h.write_u64(v.len() as u64);
+            h.write(v.as_bytes());
         }
     }
-
-    fn put(&mut self, bytes: &[u8]) {
-        if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
-            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-        } else {
-            if self.heap.is_empty() {
-                self.heap.extend_from_slice(&self.stack[..self.len]);
-            }
-            self.heap.extend_from_slice(bytes);
-        }
-    }
-
-    fn finish(&self) -> u128 {
-        let bytes = if self.heap.is_empty() {
-            &self.stack[..self.len]
-        } else {
-            &self.heap[..]
-        };
-        use std::hash::{BuildHasher, Hasher};
-        let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
-        a.write(bytes);
-        b.write(bytes);
-        (u128::from(a.finish()) << 64) | u128::from(b.finish())
-    }
+    (a.finish(), b.finish())
 }
 
 /// The two hashers of keys and identities. Fixed seeds: digests are
@@ -115,14 +70,14 @@ const B: ahash::RandomState = ahash::RandomState::with_seeds(
     0xb8e1_afed_6a26_7e96,
 );
 
-/// A text's two words: its length and bytes hashed by [`A`] and by [`B`].
+/// A text's two words: [`key_digest`] of the text alone.
 fn text_words(v: &[u8]) -> (u64, u64) {
     use std::hash::{BuildHasher, Hasher};
     let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
-    a.write_u64(v.len() as u64);
-    a.write(v);
-    b.write_u64(v.len() as u64);
-    b.write(v);
+    for h in [&mut a, &mut b] {
+        h.write_u64(v.len() as u64);
+        h.write(v);
+    }
     (a.finish(), b.finish())
 }
 
@@ -221,34 +176,30 @@ impl<'a> Identities<'a> {
         }
     }
 
-    /// Row `i`'s digest: a word of which parts are valid, then per part two
-    /// words, one per hasher (a text's [`text_words`], given by `text`
-    /// from part `p`'s bytes; a time's value twice; 0 for a NULL), hashed
+    /// Row `i`'s digest: per part two words, one per hasher (a text's
+    /// [`text_words`], given by `text` from part `p`'s bytes; a time's value
+    /// twice; 0 for a NULL), then a word of which parts are valid, hashed
     /// by [`A`] and [`B`]. The number of parts is fixed per table, so no
     /// two identities give the same words.
     fn digest_with(&self, i: usize, mut text: impl FnMut(usize, &'a [u8]) -> (u64, u64)) -> u128 {
         use std::hash::{BuildHasher, Hasher};
         let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
         let mut valid = 0u64;
-        let mut words = [(0u64, 0u64); 8];
         for (p, part) in self.parts.iter().enumerate() {
-            let w = match part {
-                Part::Text(Some(s)) if s.is_valid(i) => text(p, s.value(i).as_bytes()),
+            let words = match part {
+                Part::Text(Some(s)) if s.is_valid(i) => Some(text(p, s.value(i).as_bytes())),
                 Part::Time(Some(t)) if t.is_valid(i) => {
-                    let v = t.value(i) as u64;
-                    (v, v)
+                    Some((t.value(i) as u64, t.value(i) as u64))
                 }
-                _ => continue,
+                _ => None,
             };
-            valid |= 1 << p;
-            words[p] = w;
+            valid |= u64::from(words.is_some()) << p;
+            let (x, y) = words.unwrap_or((0, 0));
+            a.write_u64(x);
+            b.write_u64(y);
         }
         a.write_u64(valid);
         b.write_u64(valid);
-        for (x, y) in &words[..self.parts.len()] {
-            a.write_u64(*x);
-            b.write_u64(*y);
-        }
         (u128::from(a.finish()) << 64) | u128::from(b.finish())
     }
 

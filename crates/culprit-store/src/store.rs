@@ -753,8 +753,8 @@ fn sort_by_start(table: Table, batches: &[RecordBatch], rows: Rows) -> Rows {
 /// places' order (a stable sort): a radix sort of the keys' offsets from
 /// the least, [`RADIX_BITS`] bits a pass, as many passes as the keys'
 /// range needs (two or three for the starts of a write's rows: seconds to
-/// minutes, in microseconds). About three times faster than a comparison
-/// sort, which took a tenth of a write's time.
+/// minutes, in microseconds). A comparison sort of `(key, place)` pairs
+/// took 4-7% of the encoders' time in a profile of the ingest.
 fn order_by_key(keys: &[i64]) -> Vec<usize> {
     let n = keys.len();
     let (Some(&min), Some(&max)) = (keys.iter().min(), keys.iter().max()) else {
