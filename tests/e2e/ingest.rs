@@ -112,6 +112,82 @@ async fn reingest_adds_nothing() {
     assert!(third.rows.is_empty(), "{:?}", third.rows);
 }
 
+/// A Parquet file is read before its digest is known only when no source
+/// of its size was ingested: the size recorded is the file's length; a copy
+/// read in the same ingest, a store whose sources have no size (written
+/// before sizes were recorded) and a file of a stored size but other bytes
+/// are each told apart by the digest.
+#[tokio::test]
+async fn sources_are_known_by_size_then_digest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    generate(&dir, "parquet");
+    // The same bytes under another name: the same source.
+    std::fs::copy(dir.join("tasks.parquet"), dir.join("tasks-copy.parquet")).unwrap();
+    let store_path = tmp.path().join("store");
+    let store = Store::open(store_path.to_str().unwrap()).unwrap();
+    let first = ingest_paths(&store, &[&dir], IngestOptions::default()).await;
+    assert_eq!((first.files, first.duplicate_files), (7, 1));
+    let m = store.manifest().await.unwrap();
+    assert_eq!(m.sources.len(), 7);
+    for s in &m.sources {
+        let len = std::fs::metadata(&s.name).unwrap().len();
+        assert_eq!(s.size, Some(len), "{}", s.name);
+    }
+    let tasks = m.rows_of(Table::Tasks);
+
+    // The store as an older version wrote it: no source has a size.
+    let manifests = store_path.join("_culprit").join("manifests");
+    let latest = std::fs::read_dir(&manifests)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&latest).unwrap()).unwrap();
+    for s in json["sources"].as_array_mut().unwrap() {
+        assert!(s.as_object_mut().unwrap().remove("size").is_some());
+    }
+    std::fs::write(&latest, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    let store = Store::open(store_path.to_str().unwrap()).unwrap();
+    assert!(store.manifest().await.unwrap().sources[0].size.is_none());
+    let again = ingest_paths(&store, &[&dir], IngestOptions::default()).await;
+    assert_eq!((again.files, again.duplicate_files), (0, 8));
+    assert_eq!(again.version, None);
+
+    // A file of a stored size but other bytes (one letter of the writer's
+    // name in its footer): a new source, its rows each already stored.
+    let mut bytes = std::fs::read(dir.join("tasks.parquet")).unwrap();
+    let at = bytes
+        .windows(7)
+        .rposition(|w| w == b"parquet")
+        .expect("the writer's name");
+    bytes[at] = b'P';
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("tasks.parquet"), &bytes).unwrap();
+    let other = other.join("tasks.parquet");
+    // The store of no sizes: the digest is waited for, and differs.
+    let old = Store::open(store_path.to_str().unwrap()).unwrap();
+    let report = ingest_paths(&old, &[&other], IngestOptions::default()).await;
+    assert_eq!((report.files, report.duplicate_files), (1, 0));
+    assert_eq!(report.already_stored as u64, tasks);
+    // A store of sizes: the other bytes first (read before their digest),
+    // then the first file (of a size now stored: its digest waited for).
+    let fresh = Store::open(tmp.path().join("fresh").to_str().unwrap()).unwrap();
+    let report = ingest_paths(&fresh, &[&other], IngestOptions::default()).await;
+    assert_eq!((report.files, report.duplicate_files), (1, 0));
+    assert_eq!(report.rows.get("tasks"), Some(&tasks));
+    let tasks_file = dir.join("tasks.parquet");
+    let report = ingest_paths(&fresh, &[&tasks_file], IngestOptions::default()).await;
+    assert_eq!((report.files, report.duplicate_files), (1, 0));
+    assert_eq!(report.already_stored as u64, tasks);
+    let sources = fresh.manifest().await.unwrap().sources;
+    assert_eq!(sources.len(), 2);
+    assert_ne!(sources[0].key, sources[1].key);
+    assert_eq!(sources[0].size, sources[1].size);
+}
+
 const TASKS_CSV: &str = "\
 task_id,query_id,stage_id,host,launch_time,finish_time,ready_time,cpu_seconds
 t1,q1,0,h1,2026-01-01T00:00:00Z,2026-01-01T00:00:10Z,2026-01-01T00:00:00Z,4

@@ -125,6 +125,17 @@ async fn ingest_streams_an_input_larger_than_its_buffers() {
     }
     let st = culprit_store::Store::open(&store_s).unwrap();
     let manifest = st.manifest().await.unwrap();
+    // A table's last rows are written when the next table's file begins,
+    // not held to the end: every `tasks` file before the first window file.
+    let order: Vec<&str> = manifest
+        .files
+        .iter()
+        .map(|f| f.table.as_str())
+        .filter(|t| ["tasks", "task_windows", "host_windows"].contains(t))
+        .collect();
+    let first_window = order.iter().position(|t| *t == "task_windows").unwrap();
+    assert!(order[..first_window].contains(&"tasks"), "{order:?}");
+    assert!(!order[first_window..].contains(&"tasks"), "{order:?}");
     let files: Vec<_> = manifest.files_of(Table::TaskWindows).cloned().collect();
     assert!(files.len() > 16, "{} files", files.len());
     let mut seen = 0;

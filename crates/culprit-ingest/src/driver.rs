@@ -212,12 +212,17 @@ pub async fn ingest(
         progress,
         buffered: BTreeMap::new(),
         seen_keys: HashSet::new(),
+        seen_sizes: HashSet::new(),
+        sources: Vec::new(),
         max_decoded: usize::try_from(opts.max_decoded_bytes).unwrap_or(usize::MAX),
         host_metrics: hostmetrics::Batch::default(),
         host_opts: &opts.host_metrics,
     };
     let read = ctx.read_all(work, logs).await;
-    let (pending, written) = ctx.land().await;
+    let (mut pending, written) = ctx.land().await;
+    for (key, name, size) in std::mem::take(&mut ctx.sources) {
+        pending.add_source(key, name, Some(size));
+    }
     let read = read.and(written);
     // A failed read of the task index in the last writes (after the last
     // check that took its error) fails the ingest too.
@@ -417,17 +422,20 @@ fn digest_part(table: Table, batches: &[RecordBatch]) -> Digested {
 
 /// Sorts digests with their places (as `sort_unstable` does: by digest,
 /// then place). Digests are uniform, so one pass spreads them by their top
-/// 16 bits into as many buckets (a few entries each), each then sorted on
-/// its own: about three times faster than a comparison sort of the whole
-/// (which was a tenth of the ingest's main thread).
+/// bits into a quarter to a half as many buckets as entries (two to four
+/// in each), each then sorted on its own: about three times faster than a
+/// comparison sort of the whole (which was a tenth of the ingest's main
+/// thread). (16 bits for every size left about 7 entries a bucket at the
+/// parts' size, their sorts 1.8% of an ingest's time.)
 fn sort_digests(ours: &mut Vec<((u64, u64), u32, u32)>) {
-    const BITS: u32 = 16;
     if ours.len() < 1 << 12 {
         ours.sort_unstable();
         return;
     }
-    let bucket = |e: &((u64, u64), u32, u32)| (e.0 .0 >> (64 - BITS)) as usize;
-    let mut starts = vec![0usize; (1 << BITS) + 1];
+    // 11 to 20 bits: at most 8 MiB of counts.
+    let bits = (ours.len().ilog2() - 1).clamp(11, 20);
+    let bucket = |e: &((u64, u64), u32, u32)| (e.0 .0 >> (64 - bits)) as usize;
+    let mut starts = vec![0usize; (1 << bits) + 1];
     for e in ours.iter() {
         starts[bucket(e) + 1] += 1;
     }
@@ -522,6 +530,18 @@ fn keyed_spans<'a>(
     ))
 }
 
+/// The next digest the thread of digests gives (that of `src`).
+async fn next_digest(
+    src: &SourceFile,
+    digests: &mut tokio::sync::mpsc::Receiver<std::io::Result<(String, u64)>>,
+) -> Result<(String, u64)> {
+    match digests.recv().await {
+        Some(Ok(digest)) => Ok(digest),
+        Some(Err(e)) => Err(src.digest_error(e)),
+        None => Err(src.digest_error(std::io::Error::other("no digest"))),
+    }
+}
+
 /// What became of a candidate event log.
 enum LogOutcome {
     Parsed,
@@ -552,6 +572,12 @@ struct Ctx<'a> {
     progress: &'a dyn Progress,
     buffered: BTreeMap<Table, Buffer>,
     seen_keys: HashSet<String>,
+    /// The bytes hashed for each of `seen_keys`.
+    seen_sizes: HashSet<u64>,
+    /// The sources read (key, name, bytes hashed), recorded in the batch
+    /// once its writes are done (recording one then would wait for the
+    /// write in flight, leaving a core idle at every file).
+    sources: Vec<(String, String, u64)>,
     /// `IngestOptions::max_decoded_bytes`, as a size on this machine.
     max_decoded: usize,
     /// Host metrics read so far, translated at the end of the batch.
@@ -563,6 +589,12 @@ impl Ctx<'_> {
     /// Whether bytes with this digest were ingested before (or in this batch).
     fn duplicate(&self, key: &str) -> bool {
         self.manifest.source(key).is_some() || self.seen_keys.contains(key)
+    }
+
+    /// Whether a source of `size` bytes may be one ingested before (or in
+    /// this batch): when not, it is read before its digest is known.
+    fn may_be_duplicate(&self, size: u64) -> bool {
+        self.manifest.may_hold_source_of_size(size) || self.seen_sizes.contains(&size)
     }
 
     /// Checks raw rows of one table and buffers the good ones. `locate`
@@ -685,12 +717,6 @@ impl Ctx<'_> {
                 ))),
             ),
         }
-    }
-
-    /// The batch in place (no write in flight), for a call on it.
-    async fn batch(&mut self) -> Result<&mut PendingBatch> {
-        let pending = self.pending().await?;
-        Ok(self.pending.insert(pending))
     }
 
     /// Drops the window rows whose identity ([`identity`]) another row
@@ -1080,13 +1106,35 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Writes the rows buffered for the tables before `table`: the files
+    /// come in table order, so no more rows of them come (but from event
+    /// logs, read last), and their last part is not held in memory while
+    /// the next tables are read (up to 32 MiB of `tasks` all through
+    /// `task_windows`).
+    async fn flush_before(&mut self, table: Table) -> Result<()> {
+        let before: Vec<Table> = self
+            .buffered
+            .keys()
+            .filter(|t| **t < table)
+            .copied()
+            .collect();
+        for t in before {
+            if let Some(buffer) = self.buffered.remove(&t) {
+                self.write(t, buffer).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Interchange files (Parquet, CSV, JSON lines). A Parquet file is
     /// read a chunk of rows at a time (decoded on a thread of its own while
     /// the chunk before is checked and written), the others whole.
     ///
     /// The digests of local Parquet files (what says a file was ingested
     /// before) are computed ahead, on a thread of their own, in order: the
-    /// next file's while this one is read (at most two ahead).
+    /// next file's while this one is read (at most two ahead). A file of a
+    /// size no source ingested before had (nor one of this ingest) cannot
+    /// be one of them: it is read at once, its digest taken after it.
     async fn read_files(&mut self, work: Vec<TableFile>) -> Result<()> {
         let paths: Vec<Option<std::path::PathBuf>> = work
             .iter()
@@ -1105,27 +1153,28 @@ impl Ctx<'_> {
             }
         });
         for ((table, format, src), path) in work.into_iter().zip(paths) {
-            let local = match path {
-                Some(_) => match digests.recv().await {
-                    Some(Ok(key)) => Some(key),
-                    Some(Err(e)) => return Err(src.digest_error(e)),
-                    None => return Err(src.digest_error(std::io::Error::other("no digest"))),
+            self.flush_before(table).await?;
+            // The key (and bytes hashed) now, or `None`: after the read.
+            let (key, bytes) = match path {
+                Some(path) => match std::fs::metadata(&path) {
+                    Ok(meta) if !self.may_be_duplicate(meta.len()) => (None, None),
+                    _ => (Some(next_digest(&src, &mut digests).await?), None),
                 },
-                None => None,
-            };
-            let (key, bytes) = match local {
-                Some(key) => (key, None),
                 None => {
                     let bytes = src.read().await?;
-                    (hex::encode(Sha256::digest(&bytes)), Some(bytes))
+                    let key = hex::encode(Sha256::digest(&bytes));
+                    (Some((key, bytes.len() as u64)), Some(bytes))
                 }
             };
             self.progress.advance(&src.name, src.size);
-            if self.duplicate(&key) {
-                self.report.duplicate_files += 1;
-                continue;
+            if let Some((key, size)) = &key {
+                if self.duplicate(key) {
+                    self.report.duplicate_files += 1;
+                    continue;
+                }
+                self.seen_keys.insert(key.clone());
+                self.seen_sizes.insert(*size);
             }
-            self.seen_keys.insert(key.clone());
             self.report.files += 1;
             let read = match (format, bytes) {
                 (Format::Parquet, bytes) => self.read_parquet(table, &src, bytes).await?,
@@ -1141,8 +1190,21 @@ impl Ctx<'_> {
                 },
                 (_, None) => unreachable!("only Parquet files are read in chunks"),
             };
+            let (key, size) = match key {
+                Some(known) => known,
+                None => {
+                    // (Were the file changed since its size was taken, and
+                    // its bytes now an ingested source's, its rows were
+                    // still checked against the stored ones: each already
+                    // stored, none added twice.)
+                    let (key, size) = next_digest(&src, &mut digests).await?;
+                    self.seen_keys.insert(key.clone());
+                    self.seen_sizes.insert(size);
+                    (key, size)
+                }
+            };
             match read {
-                Ok(()) => self.batch().await?.add_source(key, src.name.clone()),
+                Ok(()) => self.sources.push((key, src.name.clone(), size)),
                 Err(reason) => self.report.rejected.push(Rejection {
                     file: src.name.clone(),
                     location: None,
@@ -1213,10 +1275,12 @@ impl Ctx<'_> {
     async fn read_logs(&mut self, logs: Vec<LogUnit>) -> Result<()> {
         for log in logs {
             let mut hasher = Sha256::new();
+            let mut size = 0u64;
             let mut raw_parts: Vec<(String, bytes::Bytes)> = Vec::with_capacity(log.parts.len());
             for part in &log.parts {
                 let bytes = part.read().await?;
                 hasher.update(&bytes);
+                size += bytes.len() as u64;
                 self.progress.advance(&part.name, part.size);
                 raw_parts.push((part.name.clone(), bytes));
             }
@@ -1261,7 +1325,8 @@ impl Ctx<'_> {
             // can be ingested again (say with --table).
             if parsed {
                 self.seen_keys.insert(key.clone());
-                self.batch().await?.add_source(key, log.name.clone());
+                self.seen_sizes.insert(size);
+                self.sources.push((key, log.name.clone(), size));
             }
             if ignored {
                 self.report.files -= files.min(self.report.files);
@@ -1487,14 +1552,14 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for n in [0, 1, 100, 5_000, 200_000] {
+        for n in [0, 1, 100, 5_000, 200_000, 1_100_000] {
             let mut ours: Vec<((u64, u64), u32, u32)> = Vec::with_capacity(n);
             for i in 0..n {
                 let d = match i % 10 {
                     // A copy of an earlier row's digest.
                     3 if i > 0 => ours[(next() as usize) % i].0,
                     // The same top bits as an earlier one.
-                    7 if i > 0 => (ours[i - 1].0 .0 ^ (next() >> 20), next()),
+                    7 if i > 0 => (ours[i - 1].0 .0 ^ (next() >> 24), next()),
                     _ => (next(), next()),
                 };
                 ours.push((d, (next() % 7) as u32, i as u32));

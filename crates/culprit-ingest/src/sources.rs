@@ -51,21 +51,24 @@ impl SourceFile {
     }
 
     /// The SHA-256 of a local file's bytes, read a MiB at a time (the
-    /// file is not held): what names the file in the manifest.
-    pub fn digest_file(path: &FsPath) -> std::io::Result<String> {
+    /// file is not held): what names the file in the manifest; and the
+    /// number of bytes hashed.
+    pub fn digest_file(path: &FsPath) -> std::io::Result<(String, u64)> {
         use sha2::{Digest, Sha256};
         use std::io::Read;
         let mut file = std::fs::File::open(path)?;
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
+        let mut size = 0u64;
         loop {
             let n = file.read(&mut buf)?;
             if n == 0 {
                 break;
             }
             hasher.update(&buf[..n]);
+            size += n as u64;
         }
-        Ok(hex::encode(hasher.finalize()))
+        Ok((hex::encode(hasher.finalize()), size))
     }
 
     /// [`SourceFile::digest_file`]'s error, named by the file.

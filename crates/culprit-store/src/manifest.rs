@@ -44,6 +44,12 @@ pub struct SourceRecord {
     pub key: String,
     pub name: String,
     pub batch: String,
+    /// The bytes hashed for `key`; none in stores written before it was
+    /// recorded. Lets an ingest read a file whose digest is not computed
+    /// yet when no source of its size was ingested
+    /// ([`Manifest::may_hold_source_of_size`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 /// One committed ingest.
@@ -228,5 +234,14 @@ impl Manifest {
     /// The source with this key, if it was ingested.
     pub fn source(&self, key: &str) -> Option<&SourceRecord> {
         self.sources.iter().find(|s| s.key == key)
+    }
+
+    /// Whether a source of `size` bytes may have been ingested: a source
+    /// of that size was, or one whose size was not recorded. When not, a
+    /// file of that size is new whatever its digest.
+    pub fn may_hold_source_of_size(&self, size: u64) -> bool {
+        self.sources
+            .iter()
+            .any(|s| s.size.is_none_or(|n| n == size))
     }
 }

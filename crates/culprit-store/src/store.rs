@@ -715,6 +715,10 @@ struct Encoded {
 /// cores (each piece is a file).
 const PIECE_ROWS: usize = 256 << 10;
 
+/// Jobs of a write that may be started past the first whose files are
+/// not written yet ([`PendingBatch::write_owned`]).
+const JOBS_AHEAD: usize = 4;
+
 /// Rows of a write, by place: (batch, row).
 type Rows = Vec<(usize, usize)>;
 
@@ -1114,12 +1118,14 @@ impl PendingBatch {
         rows
     }
 
-    /// Records a source as ingested by this batch.
-    pub fn add_source(&mut self, key: String, name: String) {
+    /// Records a source as ingested by this batch: its key, its name and
+    /// the bytes hashed for its key.
+    pub fn add_source(&mut self, key: String, name: String, size: Option<u64>) {
         self.sources.push(SourceRecord {
             key,
             name,
             batch: self.id.clone(),
+            size,
         });
     }
 
@@ -1316,29 +1322,51 @@ impl PendingBatch {
                 .map(|c| (None, c.to_vec(), false))
                 .collect()
         };
-        let jobs = groups.into_iter().map(|(bucket, rows, sort)| {
-            let batches = batches.clone();
-            async move {
-                let encoded = tokio::task::spawn_blocking(move || {
-                    let rows = if sort {
-                        sort_by_start(table, &batches, rows)
-                    } else {
-                        rows
-                    };
-                    encode_files(table, &batches, &rows)
-                })
-                .await
-                .map_err(|e| StoreError::Worker(e.to_string()))??;
-                Ok::<_, StoreError>((bucket, encoded))
+        let mut jobs = groups
+            .into_iter()
+            .enumerate()
+            .map(|(job, (bucket, rows, sort))| {
+                let batches = batches.clone();
+                async move {
+                    let encoded = tokio::task::spawn_blocking(move || {
+                        let rows = if sort {
+                            sort_by_start(table, &batches, rows)
+                        } else {
+                            rows
+                        };
+                        encode_files(table, &batches, &rows)
+                    })
+                    .await
+                    .map_err(|e| StoreError::Worker(e.to_string()))??;
+                    Ok::<_, StoreError>((job, bucket, encoded))
+                }
+            });
+        // Two jobs encode at a time, the next starting as soon as either
+        // is done (in order, one done early waited for the other: a core
+        // idle), at most `JOBS_AHEAD` past the first not written (the
+        // files done early wait in memory); their files are written in
+        // the jobs' order all the same.
+        let mut running = futures::stream::FuturesUnordered::new();
+        let mut done: BTreeMap<usize, (Option<u32>, Vec<Encoded>)> = BTreeMap::new();
+        let (mut started, mut next) = (0, 0);
+        loop {
+            while running.len() < 2 && started < next + JOBS_AHEAD {
+                let Some(job) = jobs.next() else { break };
+                running.push(job);
+                started += 1;
             }
-        });
-        let mut encoded = futures::StreamExt::buffered(futures::stream::iter(jobs), 2);
-        while let Some((bucket, files)) = encoded.try_next().await? {
-            for file in files {
-                self.put_encoded(table, bucket, file).await?;
+            let Some(finished) = running.try_next().await? else {
+                break;
+            };
+            let (job, bucket, files) = finished;
+            done.insert(job, (bucket, files));
+            while let Some((bucket, files)) = done.remove(&next) {
+                for file in files {
+                    self.put_encoded(table, bucket, file).await?;
+                }
+                next += 1;
             }
         }
-        drop(encoded);
         if !index.is_empty() {
             let id = self.id.clone();
             let schema = crate::layout::query_spans_schema();
@@ -1928,7 +1956,7 @@ mod tests {
             .write(Table::HostWindows, &[host_rows(10)])
             .await
             .unwrap();
-        batch.add_source("k1".into(), "a.csv".into());
+        batch.add_source("k1".into(), "a.csv".into(), Some(10));
         // Written but not committed: invisible.
         assert_eq!(
             store.manifest().await.unwrap().rows_of(Table::HostWindows),
