@@ -221,7 +221,7 @@ pub async fn ingest(
     let read = ctx.read_all(work, logs).await;
     let (mut pending, written) = ctx.land().await;
     for (key, name, size) in std::mem::take(&mut ctx.sources) {
-        pending.add_source(key, name, Some(size));
+        pending.add_source(key, name, size);
     }
     let read = read.and(written);
     // A failed read of the task index in the last writes (after the last
@@ -1112,16 +1112,9 @@ impl Ctx<'_> {
     /// the next tables are read (up to 32 MiB of `tasks` all through
     /// `task_windows`).
     async fn flush_before(&mut self, table: Table) -> Result<()> {
-        let before: Vec<Table> = self
-            .buffered
-            .keys()
-            .filter(|t| **t < table)
-            .copied()
-            .collect();
-        for t in before {
-            if let Some(buffer) = self.buffered.remove(&t) {
-                self.write(t, buffer).await?;
-            }
+        let later = self.buffered.split_off(&table);
+        for (t, buffer) in std::mem::replace(&mut self.buffered, later) {
+            self.write(t, buffer).await?;
         }
         Ok(())
     }
@@ -1154,12 +1147,11 @@ impl Ctx<'_> {
         });
         for ((table, format, src), path) in work.into_iter().zip(paths) {
             self.flush_before(table).await?;
-            // The key (and bytes hashed) now, or `None`: after the read.
-            let (key, bytes) = match path {
-                Some(path) => match std::fs::metadata(&path) {
-                    Ok(meta) if !self.may_be_duplicate(meta.len()) => (None, None),
-                    _ => (Some(next_digest(&src, &mut digests).await?), None),
-                },
+            // The digest (and the bytes hashed) now, or after the read: a
+            // local Parquet file of a size no source had is read first.
+            let (known, bytes) = match path {
+                Some(_) if !self.may_be_duplicate(src.size) => (None, None),
+                Some(_) => (Some(next_digest(&src, &mut digests).await?), None),
                 None => {
                     let bytes = src.read().await?;
                     let key = hex::encode(Sha256::digest(&bytes));
@@ -1167,13 +1159,9 @@ impl Ctx<'_> {
                 }
             };
             self.progress.advance(&src.name, src.size);
-            if let Some((key, size)) = &key {
-                if self.duplicate(key) {
-                    self.report.duplicate_files += 1;
-                    continue;
-                }
-                self.seen_keys.insert(key.clone());
-                self.seen_sizes.insert(*size);
+            if known.as_ref().is_some_and(|(key, _)| self.duplicate(key)) {
+                self.report.duplicate_files += 1;
+                continue;
             }
             self.report.files += 1;
             let read = match (format, bytes) {
@@ -1190,19 +1178,16 @@ impl Ctx<'_> {
                 },
                 (_, None) => unreachable!("only Parquet files are read in chunks"),
             };
-            let (key, size) = match key {
+            // (Were a file read first changed since it was listed, into
+            // the bytes of an ingested source, its rows were still checked
+            // against the stored ones: each already stored, none added
+            // twice.)
+            let (key, size) = match known {
                 Some(known) => known,
-                None => {
-                    // (Were the file changed since its size was taken, and
-                    // its bytes now an ingested source's, its rows were
-                    // still checked against the stored ones: each already
-                    // stored, none added twice.)
-                    let (key, size) = next_digest(&src, &mut digests).await?;
-                    self.seen_keys.insert(key.clone());
-                    self.seen_sizes.insert(size);
-                    (key, size)
-                }
+                None => next_digest(&src, &mut digests).await?,
             };
+            self.seen_keys.insert(key.clone());
+            self.seen_sizes.insert(size);
             match read {
                 Ok(()) => self.sources.push((key, src.name.clone(), size)),
                 Err(reason) => self.report.rejected.push(Rejection {

@@ -41,12 +41,17 @@ pub fn columns(table: Table) -> &'static [&'static str] {
 /// id): each value's length and bytes hashed by [`A`] and by [`B`].
 /// In-memory only.
 pub fn key_digest(values: &[&str]) -> (u64, u64) {
+    hash_texts(values.iter().map(|v| v.as_bytes()))
+}
+
+/// Each text's length and bytes hashed by [`A`] and by [`B`].
+fn hash_texts<'v>(texts: impl IntoIterator<Item = &'v [u8]>) -> (u64, u64) {
     use std::hash::{BuildHasher, Hasher};
     let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
-    for v in values {
+    for v in texts {
         for h in [&mut a, &mut b] {
             h.write_u64(v.len() as u64);
-            h.write(v.as_bytes());
+            h.write(v);
         }
     }
     (a.finish(), b.finish())
@@ -72,13 +77,7 @@ const B: ahash::RandomState = ahash::RandomState::with_seeds(
 
 /// A text's two words: [`key_digest`] of the text alone.
 fn text_words(v: &[u8]) -> (u64, u64) {
-    use std::hash::{BuildHasher, Hasher};
-    let (mut a, mut b) = (A.build_hasher(), B.build_hasher());
-    for h in [&mut a, &mut b] {
-        h.write_u64(v.len() as u64);
-        h.write(v);
-    }
-    (a.finish(), b.finish())
+    hash_texts([v])
 }
 
 /// The words of the texts last seen in one column, so that a value that

@@ -1120,12 +1120,12 @@ impl PendingBatch {
 
     /// Records a source as ingested by this batch: its key, its name and
     /// the bytes hashed for its key.
-    pub fn add_source(&mut self, key: String, name: String, size: Option<u64>) {
+    pub fn add_source(&mut self, key: String, name: String, size: u64) {
         self.sources.push(SourceRecord {
             key,
             name,
             batch: self.id.clone(),
-            size,
+            size: Some(size),
         });
     }
 
@@ -1956,7 +1956,7 @@ mod tests {
             .write(Table::HostWindows, &[host_rows(10)])
             .await
             .unwrap();
-        batch.add_source("k1".into(), "a.csv".into(), Some(10));
+        batch.add_source("k1".into(), "a.csv".into(), 10);
         // Written but not committed: invisible.
         assert_eq!(
             store.manifest().await.unwrap().rows_of(Table::HostWindows),
