@@ -8,10 +8,10 @@
 //! to a number ([`DEFAULT_MEMORY_TASKS`]), stay in memory for the whole
 //! ingest; the tasks after them are appended to a file in the order they
 //! come (the "log"), held a quarter as many at a time, then sorted by key
-//! and written as a sorted file of fixed-size records (a "run") in a
-//! temporary folder. Runs are merged size-tiered (the two newest while the
-//! older is not twice the newer), so there are about log2(spilled / held)
-//! of them and each task is rewritten about as many times.
+//! and written as a sorted file of keys and places in the log (a "run") in
+//! a temporary folder. Runs are merged by level ([`FAN_IN`] of a level
+//! into one of the next), so there are at most three a level, about
+//! log4(spills) levels, and each task is rewritten once a level.
 //!
 //! A key not in memory is looked up in two ways:
 //! - **In the order of the input.** Window rows usually come in the order of
@@ -24,8 +24,9 @@
 //! - **By key**, newest run first: a Bloom filter per run (one cache line a
 //!   key) skips the runs without it, a small in-memory index (the first key
 //!   of every block of [`BLOCK`] records) names the one block to read (one
-//!   `pread` of 1 KiB, served by the page cache, which is not the process's
-//!   memory), and the tasks found lately are cached.
+//!   `pread` of 384 bytes, served by the page cache, which is not the
+//!   process's memory), then the task's record in the log (a second
+//!   `pread`), and the tasks found lately are cached.
 //!
 //! The folder is removed when the index is dropped.
 //!
@@ -86,12 +87,24 @@ const FOUND_CACHE: usize = 1 << 16;
 /// 1e7 tasks.)
 pub const DEFAULT_MEMORY_TASKS: usize = 229_376;
 
-/// Records per block of a run: what one lookup by key reads (1 KiB).
+/// Records per block of a run: what one lookup by key reads (384 bytes).
 const BLOCK: usize = 16;
 
-/// Bytes of a record in a run or the log: the key, the span, and the
-/// task's place in the log.
+/// Bytes of a record in the log: the key, the span, and the task's place
+/// in the log.
 const RECORD: usize = 64;
+
+/// Bytes of a record in a run: the key and the task's place in the log
+/// (its span is read there). Runs are rewritten at every merge, the log
+/// never: at 1e7 tasks, runs of whole 64-byte records wrote 5 GB, more
+/// than the store itself, a quarter of the ingest's main thread.
+const RUN_RECORD: usize = 24;
+
+/// Runs of a level merged into one of the next level: a task is rewritten
+/// about log4(spills) times (4 at 1e7 tasks; merging two at a time, 7),
+/// and at most 3 runs a level are kept (each a Bloom filter a new task
+/// tests).
+const FAN_IN: usize = 4;
 
 /// How far past the cursor a task is looked for (tasks without windows
 /// between two with).
@@ -165,6 +178,12 @@ fn key_of(bytes: &[u8]) -> Key {
     (u(0), u(1))
 }
 
+/// A run's record: the key and the place in the log.
+fn run_record(bytes: &[u8]) -> (Key, u64) {
+    let pos = u64::from_le_bytes(bytes[16..24].try_into().expect("8"));
+    (key_of(bytes), pos)
+}
+
 /// A spilled task: its span and its place in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Found {
@@ -172,11 +191,14 @@ struct Found {
     pos: u64,
 }
 
-/// A sorted file of spilled tasks.
+/// A sorted file of spilled tasks' keys and places in the log.
 struct Run {
     path: PathBuf,
     file: File,
     records: usize,
+    /// Merges its records went through: runs of a level are merged
+    /// [`FAN_IN`] at a time into one of the next.
+    level: u32,
     /// The first key of each block.
     firsts: Vec<Key>,
     /// Which keys may be in the run: a lookup reads only the runs that
@@ -185,8 +207,8 @@ struct Run {
 }
 
 impl Run {
-    /// The record of `key`, if the run has it.
-    fn get(&self, key: &Key) -> io::Result<Option<Found>> {
+    /// The place in the log of `key`, if the run has it.
+    fn get(&self, key: &Key) -> io::Result<Option<u64>> {
         if !self.bloom.may_hold(key) {
             return Ok(None);
         }
@@ -196,29 +218,29 @@ impl Run {
         }
         let start = (block - 1) * BLOCK;
         let n = BLOCK.min(self.records - start);
-        let mut buf = [0u8; BLOCK * RECORD];
-        let buf = &mut buf[..n * RECORD];
-        self.file.read_exact_at(buf, (start * RECORD) as u64)?;
+        let mut buf = [0u8; BLOCK * RUN_RECORD];
+        let buf = &mut buf[..n * RUN_RECORD];
+        self.file.read_exact_at(buf, (start * RUN_RECORD) as u64)?;
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let rec = &buf[mid * RECORD..(mid + 1) * RECORD];
-            match key_of(rec).cmp(key) {
+            let (k, pos) = run_record(&buf[mid * RUN_RECORD..(mid + 1) * RUN_RECORD]);
+            match k.cmp(key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(Some(TaskSpan::decode(rec).1)),
+                std::cmp::Ordering::Equal => return Ok(Some(pos)),
             }
         }
         Ok(None)
     }
 
     /// Its records in key order.
-    fn records(&self) -> io::Result<impl Iterator<Item = io::Result<(Key, Found)>> + '_> {
+    fn records(&self) -> io::Result<impl Iterator<Item = io::Result<(Key, u64)>> + '_> {
         let mut r = BufReader::with_capacity(1 << 16, File::open(&self.path)?);
-        let mut rec = [0u8; RECORD];
+        let mut rec = [0u8; RUN_RECORD];
         Ok((0..self.records).map(move |_| {
             r.read_exact(&mut rec)?;
-            Ok(TaskSpan::decode(&rec))
+            Ok(run_record(&rec))
         }))
     }
 }
@@ -278,13 +300,13 @@ struct RunWriter {
     file: File,
     out: BufWriter<File>,
     records: usize,
+    level: u32,
     firsts: Vec<Key>,
     bloom: Bloom,
-    buf: [u8; RECORD],
 }
 
 impl RunWriter {
-    fn create(path: PathBuf, records: usize) -> io::Result<RunWriter> {
+    fn create(path: PathBuf, records: usize, level: u32) -> io::Result<RunWriter> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -296,20 +318,23 @@ impl RunWriter {
             out: BufWriter::with_capacity(1 << 16, file.try_clone()?),
             file,
             records: 0,
+            level,
             firsts: Vec::with_capacity(records.div_ceil(BLOCK)),
             bloom: Bloom::new(records),
-            buf: [0; RECORD],
         })
     }
 
-    fn put(&mut self, key: Key, found: &Found) -> io::Result<()> {
+    fn put(&mut self, key: Key, pos: u64) -> io::Result<()> {
         if self.records.is_multiple_of(BLOCK) {
             self.firsts.push(key);
         }
         self.bloom.add(&key);
-        found.span.encode(key, found.pos, &mut self.buf);
+        let mut rec = [0u8; RUN_RECORD];
+        rec[..8].copy_from_slice(&key.0.to_le_bytes());
+        rec[8..16].copy_from_slice(&key.1.to_le_bytes());
+        rec[16..].copy_from_slice(&pos.to_le_bytes());
         self.records += 1;
-        self.out.write_all(&self.buf)
+        self.out.write_all(&rec)
     }
 
     fn finish(mut self) -> io::Result<Run> {
@@ -318,6 +343,7 @@ impl RunWriter {
             path: self.path,
             file: self.file,
             records: self.records,
+            level: self.level,
             firsts: self.firsts,
             bloom: self.bloom,
         })
@@ -356,7 +382,7 @@ pub struct TaskIndex {
     /// the span and the place in the log.
     recent: KeyMap<(TaskSpan, u64)>,
     limit: usize,
-    /// Oldest first; each at least twice the size of the next.
+    /// Oldest first, their levels not increasing.
     runs: Vec<Run>,
     log: Option<Log>,
     /// Per task of the log: windows of it were written
@@ -512,17 +538,18 @@ impl TaskIndex {
         Ok(buf.chunks_exact(RECORD).map(TaskSpan::decode).collect())
     }
 
-    /// The task with this key in the runs, newest first. A task found
-    /// shortly after the one found before it (in the log's order) puts the
-    /// cursor just past it: the lookups follow the input's order.
+    /// The task with this key in the runs, newest first, then its record
+    /// in the log. A task found shortly after the one found before it (in
+    /// the log's order) puts the cursor just past it: the lookups follow
+    /// the input's order.
     fn in_runs(&mut self, key: &Key) -> Option<Found> {
         self.searched += 1;
         let mut hit = None;
         for r in self.runs.iter().rev() {
             match r.get(key) {
                 Ok(None) => {}
-                Ok(Some(found)) => {
-                    hit = Some(found);
+                Ok(Some(pos)) => {
+                    hit = Some(pos);
                     break;
                 }
                 Err(e) => {
@@ -531,7 +558,21 @@ impl TaskIndex {
                 }
             }
         }
-        let found = hit?;
+        let found = match self.read_log(hit?, 1) {
+            Ok(tasks) => match tasks.first() {
+                Some((k, found)) if k == key => *found,
+                _ => {
+                    self.error.get_or_insert(io::Error::other(
+                        "a run names a place in the task log that holds another task",
+                    ));
+                    return None;
+                }
+            },
+            Err(e) => {
+                self.error.get_or_insert(e);
+                return None;
+            }
+        };
         let close = self
             .last_found
             .is_some_and(|last| found.pos > last && found.pos - last <= AHEAD as u64);
@@ -689,36 +730,39 @@ impl TaskIndex {
         Ok(dir.join(format!("tasks-{}.run", self.next_run)))
     }
 
-    /// Writes the recent tasks as a new run, then merges the newest runs
-    /// while the older of two is not twice the newer's size (so the runs
-    /// halve in size from the oldest: a few dozen at most, and each task
-    /// is rewritten about log2(tasks / limit) times, not once per spill).
+    /// Writes the recent tasks as a new run (level 0), then merges the
+    /// newest runs while the last [`FAN_IN`] are of one level (so there
+    /// are at most `FAN_IN - 1` runs a level, about log4(spills) levels,
+    /// and each task is rewritten once a level, not once per spill).
     fn spill(&mut self) -> io::Result<()> {
         if let Some(log) = &mut self.log {
             log.out.flush()?;
             log.flushed = log.records;
         }
-        let mut fresh: Vec<(Key, Found)> = std::mem::take(&mut self.recent)
+        let mut fresh: Vec<(Key, u64)> = std::mem::take(&mut self.recent)
             .into_iter()
-            .map(|(k, (span, pos))| (k, Found { span, pos }))
+            .map(|(k, (_, pos))| (k, pos))
             .collect();
         fresh.sort_unstable_by_key(|e| e.0);
         self.spills += 1;
-        let mut w = RunWriter::create(self.run_path()?, fresh.len())?;
-        for (k, f) in &fresh {
-            w.put(*k, f)?;
+        let mut w = RunWriter::create(self.run_path()?, fresh.len(), 0)?;
+        for (k, pos) in &fresh {
+            w.put(*k, *pos)?;
         }
         drop(fresh);
         self.runs.push(w.finish()?);
-        while self.runs.len() >= 2 {
+        loop {
             let n = self.runs.len();
-            if self.runs[n - 2].records >= 2 * self.runs[n - 1].records {
+            if n < FAN_IN {
                 break;
             }
-            let newer = self.runs.pop().expect("two runs");
-            let older = self.runs.pop().expect("two runs");
-            let merged = self.merge(&older, &newer)?;
-            for old in [older, newer] {
+            let level = self.runs[n - 1].level;
+            if self.runs[n - FAN_IN..].iter().any(|r| r.level != level) {
+                break;
+            }
+            let merged_ones = self.runs.split_off(n - FAN_IN);
+            let merged = self.merge(&merged_ones, level + 1)?;
+            for old in merged_ones {
                 drop(old.file);
                 std::fs::remove_file(&old.path)?;
             }
@@ -731,33 +775,29 @@ impl TaskIndex {
         Ok(())
     }
 
-    /// One run of the records of two, in key order (a key in both, which
-    /// `insert_new` does not make, is kept once: the older's).
-    fn merge(&mut self, older: &Run, newer: &Run) -> io::Result<Run> {
-        let mut w = RunWriter::create(self.run_path()?, older.records + newer.records)?;
-        let mut a = older.records()?.peekable();
-        let mut b = newer.records()?.peekable();
-        loop {
-            let take_a = match (a.peek(), b.peek()) {
-                (None, None) => break,
-                (Some(Err(_)), _) | (Some(Ok(_)), None) => true,
-                (None, Some(_)) | (_, Some(Err(_))) => false,
-                (Some(Ok(x)), Some(Ok(y))) => x.0 <= y.0,
-            };
-            let (key, found) = if take_a {
-                a.next().expect("peeked")?
-            } else {
-                b.next().expect("peeked")?
-            };
-            if take_a {
-                while let Some(Ok((k, _))) = b.peek() {
-                    if *k != key {
-                        break;
-                    }
-                    b.next();
+    /// One run (of `level`) of the records of `runs` (oldest first), in
+    /// key order (a key in more than one, which `insert_new` does not
+    /// make, is kept once: the oldest's).
+    fn merge(&mut self, runs: &[Run], level: u32) -> io::Result<Run> {
+        let total = runs.iter().map(|r| r.records).sum();
+        let mut w = RunWriter::create(self.run_path()?, total, level)?;
+        let mut inputs = Vec::with_capacity(runs.len());
+        for r in runs {
+            inputs.push(r.records()?);
+        }
+        let mut heads: Vec<Option<(Key, u64)>> = Vec::with_capacity(inputs.len());
+        for input in &mut inputs {
+            heads.push(input.next().transpose()?);
+        }
+        // The least key (the oldest run's first on a tie), then every
+        // input past it: a few inputs, so a scan, not a heap.
+        while let Some((key, pos)) = heads.iter().flatten().min_by_key(|(k, _)| *k).copied() {
+            for (head, input) in heads.iter_mut().zip(&mut inputs) {
+                while head.is_some_and(|(k, _)| k == key) {
+                    *head = input.next().transpose()?;
                 }
             }
-            w.put(key, &found)?;
+            w.put(key, pos)?;
         }
         w.finish()
     }
@@ -789,11 +829,12 @@ mod tests {
             assert_eq!(index.get(&key(i)), None);
             index.insert_new(key(i), span(i));
         }
-        // 100 in memory, the other 900 spilled 25 at a time; the runs
-        // halve in size (36 spills: 32 + 4 tasks' worth).
+        // 100 in memory, the other 900 spilled 25 at a time; four runs of
+        // a level merged into one of the next (36 spills: two runs of 16
+        // spills each, level 2, and one of 4, level 1).
         assert_eq!(index.spills(), 36);
-        assert_eq!(index.runs.len(), 2);
-        assert_eq!(index.runs[0].records, 800);
+        let runs: Vec<(usize, u32)> = index.runs.iter().map(|r| (r.records, r.level)).collect();
+        assert_eq!(runs, [(400, 2), (400, 2), (100, 1)]);
         for i in 0..1_000 {
             assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
         }
@@ -920,8 +961,8 @@ mod tests {
             index.insert_new(key(i), span(i));
         }
         assert_eq!(index.spills(), 12);
-        assert_eq!(index.runs.len(), 2);
-        assert_eq!(index.runs[0].records, 200);
+        let runs: Vec<usize> = index.runs.iter().map(|r| r.records).collect();
+        assert_eq!(runs, [100, 100, 100]);
         index.next_write();
         for i in 0..400 {
             let earlier = i < 250 && i % 2 == 0;

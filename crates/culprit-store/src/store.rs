@@ -844,20 +844,28 @@ fn encode_files(
 }
 
 /// How the store writes a Parquet file of table `name` (`schema`): zstd
-/// level 1, the table's row group size, and no dictionary for the
-/// columns of numbers and times (mostly distinct values: a dictionary
-/// there costs a hash of every value and saves nothing zstd does not;
-/// text columns keep theirs).
+/// level 1, the table's row group size, and a dictionary only where it
+/// pays: not for numbers and times (mostly distinct values: a dictionary
+/// there costs a hash of every value and saves nothing zstd does not),
+/// nor for task ids (one per task) nor any column of `task_windows` (its
+/// text, task ids and a handful of resources, is a tenth of the table's
+/// rows' bytes: interning every value cost its writers 9% of their time,
+/// and zstd alone stores it smaller). The other text columns (hosts,
+/// queries, stages) keep theirs.
 fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterProperties {
     use arrow::datatypes::DataType;
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
         .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)));
+    if name == "task_windows" {
+        return props.set_dictionary_enabled(false).build();
+    }
     for field in schema.fields() {
         if matches!(
             field.data_type(),
             DataType::Float64 | DataType::Float32 | DataType::Timestamp(..)
-        ) {
+        ) || field.name() == "task_id"
+        {
             props = props.set_column_dictionary_enabled(
                 parquet::schema::types::ColumnPath::from(field.name().as_str()),
                 false,
@@ -1946,6 +1954,73 @@ mod tests {
         }
         assert!(order_by_key(&[]).is_empty());
     }
+    /// Whether each column of a file of `table` written by the store has
+    /// a dictionary page, by name: rows whose text takes three values.
+    fn dictionaries(table: Table) -> BTreeMap<String, bool> {
+        use parquet::file::reader::FileReader;
+        let schema = table.schema();
+        let n = 1_000;
+        let columns: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| -> ArrayRef {
+                match f.data_type() {
+                    arrow::datatypes::DataType::Utf8 => Arc::new(StringArray::from_iter_values(
+                        (0..n).map(|i| format!("value-{}", i % 3)),
+                    )),
+                    arrow::datatypes::DataType::Float64 => {
+                        Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64)))
+                    }
+                    other => {
+                        assert!(matches!(other, arrow::datatypes::DataType::Timestamp(..)));
+                        Arc::new(
+                            TimestampMicrosecondArray::from_iter_values(0..n as i64)
+                                .with_timezone("UTC"),
+                        )
+                    }
+                }
+            })
+            .collect();
+        let batch = RecordBatch::try_new(schema, columns).unwrap();
+        let rows: Rows = (0..n).map(|r| (0, r)).collect();
+        let files = encode_files(table, &[batch], &rows).unwrap();
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(files[0].bytes.clone()).unwrap();
+        reader
+            .metadata()
+            .row_group(0)
+            .columns()
+            .iter()
+            .map(|c| {
+                (
+                    c.column_path().string(),
+                    c.dictionary_page_offset().is_some(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dictionaries_only_where_they_pay() {
+        // Window rows: none (interning their text cost the writers 9%).
+        let windows = dictionaries(Table::TaskWindows);
+        assert!(windows.contains_key("resource") && windows.contains_key("task_id"));
+        assert!(windows.values().all(|d| !d), "{windows:?}");
+        // Tasks: not their ids (one per task), nor numbers or times; the
+        // other text (hosts, queries, stages) keeps one.
+        let tasks = dictionaries(Table::Tasks);
+        assert!(!tasks["task_id"] && !tasks["launch_time"] && !tasks["cpu_seconds"]);
+        assert!(
+            tasks["host"] && tasks["query_id"] && tasks["stage_id"],
+            "{tasks:?}"
+        );
+        let hosts = dictionaries(Table::HostWindows);
+        assert!(
+            hosts["host"] && hosts["resource"] && !hosts["capacity"],
+            "{hosts:?}"
+        );
+    }
+
     #[tokio::test]
     async fn commits_are_visible_only_when_committed() {
         let store = Store::open("memory://").unwrap();
