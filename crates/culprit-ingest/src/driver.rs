@@ -196,6 +196,7 @@ pub async fn ingest(
     let logs = spark::group(candidates);
     let manifest = store.manifest().await?;
     let mut known = index_stored(store, &manifest, &work, &logs, opts.memory_tasks).await?;
+    known.tasks.expect(expected_tasks(&work));
 
     let (files, bytes) = total_size(&work, &logs);
     progress.start(files, bytes);
@@ -313,6 +314,17 @@ async fn index_stored(
         }
     }
     Ok(known)
+}
+
+/// The task rows the local Parquet `tasks` files hold, by their footers
+/// (other inputs' rows are not known before they are read).
+fn expected_tasks(work: &[TableFile]) -> usize {
+    work.iter()
+        .filter(|(t, f, _)| *t == Table::Tasks && *f == Format::Parquet)
+        .filter_map(|(_, _, src)| src.local_path())
+        .filter_map(formats::parquet_rows)
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .fold(0usize, usize::saturating_add)
 }
 
 /// Files and bytes to read, for the progress bar.

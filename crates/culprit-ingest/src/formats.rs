@@ -126,6 +126,21 @@ pub struct ParquetChunks {
     started: bool,
 }
 
+/// The rows a local Parquet file says it holds (its footer only), `None`
+/// when it cannot be read (its read reports why).
+pub fn parquet_rows(path: &std::path::Path) -> Option<u64> {
+    let file = std::fs::File::open(path).ok()?;
+    let read = || {
+        parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .ok()
+            .and_then(|m| u64::try_from(m.file_metadata().num_rows()).ok())
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
+        .ok()
+        .flatten()
+}
+
 impl ParquetChunks {
     /// Opens a Parquet file (its bytes, or a local file) for chunked reading.
     pub fn open<T: parquet::file::reader::ChunkReader + 'static>(

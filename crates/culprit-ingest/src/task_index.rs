@@ -21,8 +21,10 @@
 //!   (a cursor), and the next tasks are found in the chunk: no search, one
 //!   sequential read per thousand tasks (at 1e7 tasks the lookups of the
 //!   runs, one `pread` a task, were a quarter of the ingest).
-//! - **By key**, newest run first: a Bloom filter per run (one cache line a
-//!   key) skips the runs without it, a small in-memory index (the first key
+//! - **By key**: a Bloom filter of every spilled key first (one cache line
+//!   a key, sized for the tasks expected, [`TaskIndex::expect`]): a key it
+//!   does not hold, a new task, is in no run. Then newest run first: a
+//!   Bloom filter per run skips the runs without it, a small in-memory index (the first key
 //!   of every block of [`BLOCK`] records) names the one block to read (one
 //!   `pread` of 384 bytes, served by the page cache, which is not the
 //!   process's memory), then the task's record in the log (a second
@@ -32,8 +34,9 @@
 //!
 //! Memory is then the maps (at most 1.25 [`DEFAULT_MEMORY_TASKS`]
 //! entries, 20 MiB), the cache of tasks found (under 5 MiB), the cursor's chunk
-//! (at most 128 KiB), and per task spilled a byte of block index, 1.25
-//! bytes of Bloom filter and a bit for the windows written
+//! (at most 128 KiB), and per task spilled a byte of block index, 2.5
+//! bytes of Bloom filters (up to 6.25 when the tasks to come are not
+//! known) and a bit for the windows written
 //! ([`TaskIndex::note_windows`]), whatever the input's size.
 
 use std::collections::{HashMap, HashSet};
@@ -102,8 +105,8 @@ const RUN_RECORD: usize = 24;
 
 /// Runs of a level merged into one of the next level: a task is rewritten
 /// about log4(spills) times (4 at 1e7 tasks; merging two at a time, 7),
-/// and at most 3 runs a level are kept (each a Bloom filter a new task
-/// tests).
+/// and at most 3 runs a level are kept (each a Bloom filter a search by
+/// key tests).
 const FAN_IN: usize = 4;
 
 /// How far past the cursor a task is looked for (tasks without windows
@@ -252,7 +255,9 @@ struct Line([u64; 8]);
 
 /// A blocked Bloom filter of keys: about 10 bits a key, 7 probes, all in
 /// one cache line picked by the key (about 1.5% of the keys not held
-/// pass). A new task tests the filter of every run: one cache miss each.
+/// pass). A search by key tests the filter of every run newer than the
+/// one holding it, one cache miss each; a new task tests only the filter
+/// of every spilled key (`TaskIndex::spilled_keys`).
 struct Bloom {
     lines: Vec<Line>,
 }
@@ -384,6 +389,18 @@ pub struct TaskIndex {
     limit: usize,
     /// Oldest first, their levels not increasing.
     runs: Vec<Run>,
+    /// Every key in the runs, in one filter: a key it does not hold is in
+    /// no run, found with one cache miss (a new task, the common lookup,
+    /// tested every run's filter: a miss each, at 1e7 tasks about ten, a
+    /// quarter of the ingest's main thread in its `tasks` phase). `None`
+    /// when a rebuild failed: every lookup then tests the runs.
+    spilled_keys: Option<Bloom>,
+    /// Keys added to `spilled_keys`, and how many it is sized for (past
+    /// them it is built again, four times as large, from the runs).
+    spilled_count: usize,
+    spilled_room: usize,
+    /// Lookups that tested a run's filter.
+    run_probes: usize,
     log: Option<Log>,
     /// Per task of the log: windows of it were written
     /// ([`TaskIndex::note_windows`]). A bit a task.
@@ -431,6 +448,10 @@ impl TaskIndex {
             recent: KeyMap::default(),
             limit: limit.max(1),
             runs: Vec::new(),
+            spilled_keys: None,
+            spilled_count: 0,
+            spilled_room: 0,
+            run_probes: 0,
             log: None,
             windows: Vec::new(),
             cursor: None,
@@ -480,6 +501,16 @@ impl TaskIndex {
         }
         let found = match self.at_cursor(key) {
             Some(found) => Some(found),
+            // A key the filter of every spilled key does not hold is in
+            // no run (tested after the cache and the cursor, which serve
+            // most lookups of a spilled task without it).
+            None if self
+                .spilled_keys
+                .as_ref()
+                .is_some_and(|all| !all.may_hold(key)) =>
+            {
+                None
+            }
             None => self.in_runs(key),
         }?;
         if self.found.is_empty() {
@@ -546,6 +577,7 @@ impl TaskIndex {
         self.searched += 1;
         let mut hit = None;
         for r in self.runs.iter().rev() {
+            self.run_probes += 1;
             match r.get(key) {
                 Ok(None) => {}
                 Ok(Some(pos)) => {
@@ -749,6 +781,15 @@ impl TaskIndex {
         for (k, pos) in &fresh {
             w.put(*k, *pos)?;
         }
+        self.spilled_count += fresh.len();
+        let grow = self.spilled_keys.is_none() || self.spilled_count > self.spilled_room;
+        if !grow {
+            if let Some(all) = &mut self.spilled_keys {
+                for (k, _) in &fresh {
+                    all.add(k);
+                }
+            }
+        }
         drop(fresh);
         self.runs.push(w.finish()?);
         loop {
@@ -768,11 +809,62 @@ impl TaskIndex {
             }
             self.runs.push(merged);
         }
+        if grow {
+            self.rebuild_spilled_keys();
+        }
         // Every filter is kept, the oldest run's too: every new task is a
         // key known nowhere, and without it each would cost a read of the
         // oldest run (half a million reads at 1e6 tasks).
         self.recent = KeyMap::default();
         Ok(())
+    }
+
+    /// Says how many more tasks may come (the rows of the inputs' `tasks`
+    /// files, as their footers say): the filter of spilled keys is sized
+    /// for them once (1.25 bytes a task), not built again as it fills.
+    pub fn expect(&mut self, tasks: usize) {
+        let room = self.spilled_count.saturating_add(tasks);
+        if room > self.spilled_room {
+            self.spilled_room = room;
+            if self.spilled_keys.is_some() {
+                self.rebuild_spilled_keys();
+            }
+        }
+    }
+
+    /// Builds the filter of every spilled key again, from the runs, for
+    /// the keys expected ([`TaskIndex::expect`]) or four times those they
+    /// hold, whichever is more (at least `limit`). Without an
+    /// expectation, at most a third more keys are added than spilled,
+    /// over an ingest, and the filter is at most 5 bytes a spilled task
+    /// (1.25 bytes at its fullest). A failed read leaves no filter (the
+    /// runs' own then answer).
+    fn rebuild_spilled_keys(&mut self) {
+        if self.spilled_count > self.spilled_room {
+            self.spilled_room = 4 * self.spilled_count;
+        }
+        self.spilled_room = self.spilled_room.max(self.limit);
+        let mut all = Bloom::new(self.spilled_room);
+        self.spilled_keys = None;
+        for r in &self.runs {
+            let records = match r.records() {
+                Ok(records) => records,
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    return;
+                }
+            };
+            for rec in records {
+                match rec {
+                    Ok((k, _)) => all.add(&k),
+                    Err(e) => {
+                        self.error.get_or_insert(e);
+                        return;
+                    }
+                }
+            }
+        }
+        self.spilled_keys = Some(all);
     }
 
     /// One run (of `level`) of the records of `runs` (oldest first), in
@@ -846,6 +938,35 @@ mod tests {
         assert!(dir.exists());
         drop(index);
         assert!(!dir.exists(), "the temporary folder is removed");
+    }
+
+    #[test]
+    fn ingest_index_new_tasks_test_one_filter_not_every_run() {
+        // Told how many tasks come before, after some spilled (the filter
+        // built again then), or not at all (built again as it fills).
+        for expect_at in [Some(0), Some(500), None] {
+            let mut index = TaskIndex::new(100);
+            for i in 0..1_000 {
+                if expect_at == Some(i) {
+                    index.expect(1_000);
+                }
+                assert_eq!(index.get(&key(i)), None);
+                index.insert_new(key(i), span(i));
+            }
+            assert_eq!(index.runs.len(), 3);
+            let before = index.run_probes;
+            for i in 1_000..3_000 {
+                assert_eq!(index.get(&key(i)), None, "{i}");
+            }
+            // Each run's filter tested by every new task would be 6,000
+            // tests; the filter of every spilled key lets about 1.5% by.
+            let probes = index.run_probes - before;
+            assert!(probes < 300, "{expect_at:?}: {probes} runs tested");
+            for i in 0..1_000 {
+                assert_eq!(index.get(&key(i)), Some(span(i)), "{expect_at:?}: {i}");
+            }
+            assert!(index.take_error().is_none());
+        }
     }
 
     #[test]

@@ -858,6 +858,16 @@ fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterPro
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
         .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)));
     if name == "task_windows" {
+        // Nor statistics of its resources and details: every row group
+        // holds every resource, so they prune nothing, and they cost a
+        // comparison of every value (with the window rows' task ids, the
+        // encoders' fifth most costly call).
+        for column in ["resource", "detail"] {
+            props = props.set_column_statistics_enabled(
+                parquet::schema::types::ColumnPath::from(column),
+                parquet::file::properties::EnabledStatistics::None,
+            );
+        }
         return props.set_dictionary_enabled(false).build();
     }
     for field in schema.fields() {
@@ -1957,7 +1967,9 @@ mod tests {
 
     /// Whether each column of a file of `table` written by the store has
     /// a dictionary page, by name: rows whose text takes three values.
-    fn dictionaries(table: Table) -> BTreeMap<String, bool> {
+    /// Per column of a file of `table` the store writes: whether its
+    /// chunk has a dictionary page, and whether it has statistics.
+    fn chunks(table: Table) -> BTreeMap<String, (bool, bool)> {
         use parquet::file::reader::FileReader;
         let schema = table.schema();
         let n = 1_000;
@@ -1995,10 +2007,38 @@ mod tests {
             .map(|c| {
                 (
                     c.column_path().string(),
-                    c.dictionary_page_offset().is_some(),
+                    (
+                        c.dictionary_page_offset().is_some(),
+                        c.statistics().is_some(),
+                    ),
                 )
             })
             .collect()
+    }
+
+    fn dictionaries(table: Table) -> BTreeMap<String, bool> {
+        chunks(table)
+            .into_iter()
+            .map(|(c, (d, _))| (c, d))
+            .collect()
+    }
+
+    #[test]
+    fn statistics_only_where_they_prune() {
+        // Window rows: their times (pruning by time) and task ids, not
+        // their resources and details (every group holds every resource).
+        let windows = chunks(Table::TaskWindows);
+        for c in ["window_start", "window_end", "task_id", "blocked"] {
+            assert!(windows[c].1, "{c}: {windows:?}");
+        }
+        for c in ["resource", "detail"] {
+            assert!(!windows[c].1, "{c}: {windows:?}");
+        }
+        // The other tables keep every column's.
+        for t in [Table::Tasks, Table::HostWindows] {
+            let chunks = chunks(t);
+            assert!(chunks.values().all(|(_, s)| *s), "{t:?}: {chunks:?}");
+        }
     }
 
     #[test]
