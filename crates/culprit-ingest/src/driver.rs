@@ -317,13 +317,16 @@ async fn index_stored(
 }
 
 /// The task rows the local Parquet `tasks` files hold, by their footers
-/// (other inputs' rows are not known before they are read).
+/// (other inputs' rows are not known before they are read), each at most
+/// its file's bytes (a row of tasks takes more than a byte; a footer can
+/// claim any number).
 fn expected_tasks(work: &[TableFile]) -> usize {
     work.iter()
         .filter(|(t, f, _)| *t == Table::Tasks && *f == Format::Parquet)
-        .filter_map(|(_, _, src)| src.local_path())
-        .filter_map(formats::parquet_rows)
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .filter_map(|(_, _, src)| {
+            let rows = formats::parquet_rows(src.local_path()?)?;
+            Some(usize::try_from(rows.min(src.size)).unwrap_or(usize::MAX))
+        })
         .fold(0usize, usize::saturating_add)
 }
 

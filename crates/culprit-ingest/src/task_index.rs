@@ -118,6 +118,10 @@ const AHEAD: usize = 16;
 const CURSOR_FIRST: usize = 64;
 const CURSOR_MOST: usize = 2048;
 
+/// The most tasks [`TaskIndex::expect`] sizes the filter of spilled keys
+/// for at once: 2^24 (a filter of 20 MiB).
+pub const EXPECTED_MOST: usize = 1 << 24;
+
 /// No host bucket (a task stored before this ingest: its host is not read).
 pub const NO_BUCKET: u32 = u32::MAX;
 
@@ -783,12 +787,16 @@ impl TaskIndex {
         }
         self.spilled_count += fresh.len();
         let grow = self.spilled_keys.is_none() || self.spilled_count > self.spilled_room;
-        if !grow {
-            if let Some(all) = &mut self.spilled_keys {
+        match &mut self.spilled_keys {
+            // Built again below, once the runs are merged; none until then
+            // (a failed merge leaves none: the runs' own filters answer).
+            Some(_) if grow => self.spilled_keys = None,
+            Some(all) => {
                 for (k, _) in &fresh {
                     all.add(k);
                 }
             }
+            None => {}
         }
         drop(fresh);
         self.runs.push(w.finish()?);
@@ -821,9 +829,11 @@ impl TaskIndex {
 
     /// Says how many more tasks may come (the rows of the inputs' `tasks`
     /// files, as their footers say): the filter of spilled keys is sized
-    /// for them once (1.25 bytes a task), not built again as it fills.
+    /// for them once (1.25 bytes a task), not built again as it fills. At
+    /// most [`EXPECTED_MOST`] are taken at their word (a footer can claim
+    /// any number): past them the filter grows as without.
     pub fn expect(&mut self, tasks: usize) {
-        let room = self.spilled_count.saturating_add(tasks);
+        let room = self.spilled_count.saturating_add(tasks.min(EXPECTED_MOST));
         if room > self.spilled_room {
             self.spilled_room = room;
             if self.spilled_keys.is_some() {
@@ -966,6 +976,17 @@ mod tests {
                 assert_eq!(index.get(&key(i)), Some(span(i)), "{expect_at:?}: {i}");
             }
             assert!(index.take_error().is_none());
+        }
+        // A footer claiming any number of tasks sizes no larger filter
+        // than the most taken at their word.
+        let mut index = TaskIndex::new(100);
+        index.expect(usize::MAX);
+        insert(&mut index, 0..200);
+        let bytes = index.spilled_keys.as_ref().map(|b| b.lines.len() * 64);
+        assert_eq!(bytes, Some((EXPECTED_MOST * 10).div_ceil(512) * 64));
+        assert!(bytes.unwrap() <= 21 << 20);
+        for i in 0..200 {
+            assert_eq!(index.get(&key(i)), Some(span(i)), "{i}");
         }
     }
 
