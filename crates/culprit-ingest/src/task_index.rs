@@ -24,11 +24,11 @@
 //! - **By key**: a Bloom filter of every spilled key first (one cache line
 //!   a key, sized for the tasks expected, [`TaskIndex::expect`]): a key it
 //!   does not hold, a new task, is in no run. Then newest run first: a
-//!   Bloom filter per run skips the runs without it, a small in-memory index (the first key
-//!   of every block of [`BLOCK`] records) names the one block to read (one
-//!   `pread` of 384 bytes, served by the page cache, which is not the
-//!   process's memory), then the task's record in the log (a second
-//!   `pread`), and the tasks found lately are cached.
+//!   Bloom filter per run skips the runs without it, a small in-memory
+//!   index (the first key of every block of [`BLOCK`] records) names the
+//!   one block to read (one `pread` of 384 bytes, served by the page
+//!   cache, which is not the process's memory), then the task's record in
+//!   the log (a second `pread`), and the tasks found lately are cached.
 //!
 //! The folder is removed when the index is dropped.
 //!
@@ -397,14 +397,12 @@ pub struct TaskIndex {
     /// no run, found with one cache miss (a new task, the common lookup,
     /// tested every run's filter: a miss each, at 1e7 tasks about ten, a
     /// quarter of the ingest's main thread in its `tasks` phase). `None`
-    /// when a rebuild failed: every lookup then tests the runs.
+    /// while it is built again, and after a failed rebuild: every lookup
+    /// then tests the runs.
     spilled_keys: Option<Bloom>,
-    /// Keys added to `spilled_keys`, and how many it is sized for (past
-    /// them it is built again, four times as large, from the runs).
-    spilled_count: usize,
+    /// The keys `spilled_keys` is sized for (past them it is built again,
+    /// four times as large, from the runs).
     spilled_room: usize,
-    /// Lookups that tested a run's filter.
-    run_probes: usize,
     log: Option<Log>,
     /// Per task of the log: windows of it were written
     /// ([`TaskIndex::note_windows`]). A bit a task.
@@ -453,9 +451,7 @@ impl TaskIndex {
             limit: limit.max(1),
             runs: Vec::new(),
             spilled_keys: None,
-            spilled_count: 0,
             spilled_room: 0,
-            run_probes: 0,
             log: None,
             windows: Vec::new(),
             cursor: None,
@@ -581,7 +577,6 @@ impl TaskIndex {
         self.searched += 1;
         let mut hit = None;
         for r in self.runs.iter().rev() {
-            self.run_probes += 1;
             match r.get(key) {
                 Ok(None) => {}
                 Ok(Some(pos)) => {
@@ -785,8 +780,8 @@ impl TaskIndex {
         for (k, pos) in &fresh {
             w.put(*k, *pos)?;
         }
-        self.spilled_count += fresh.len();
-        let grow = self.spilled_keys.is_none() || self.spilled_count > self.spilled_room;
+        let grow =
+            self.spilled_keys.is_none() || self.spilled_tasks() + fresh.len() > self.spilled_room;
         match &mut self.spilled_keys {
             // Built again below, once the runs are merged; none until then
             // (a failed merge leaves none: the runs' own filters answer).
@@ -820,9 +815,9 @@ impl TaskIndex {
         if grow {
             self.rebuild_spilled_keys();
         }
-        // Every filter is kept, the oldest run's too: every new task is a
-        // key known nowhere, and without it each would cost a read of the
-        // oldest run (half a million reads at 1e6 tasks).
+        // Every run's filter is kept, the oldest run's too: a key that
+        // passes the filter of every spilled key would otherwise cost a
+        // read of each run.
         self.recent = KeyMap::default();
         Ok(())
     }
@@ -833,7 +828,9 @@ impl TaskIndex {
     /// most [`EXPECTED_MOST`] are taken at their word (a footer can claim
     /// any number): past them the filter grows as without.
     pub fn expect(&mut self, tasks: usize) {
-        let room = self.spilled_count.saturating_add(tasks.min(EXPECTED_MOST));
+        let room = self
+            .spilled_tasks()
+            .saturating_add(tasks.min(EXPECTED_MOST));
         if room > self.spilled_room {
             self.spilled_room = room;
             if self.spilled_keys.is_some() {
@@ -850,31 +847,32 @@ impl TaskIndex {
     /// (1.25 bytes at its fullest). A failed read leaves no filter (the
     /// runs' own then answer).
     fn rebuild_spilled_keys(&mut self) {
-        if self.spilled_count > self.spilled_room {
-            self.spilled_room = 4 * self.spilled_count;
+        let held = self.spilled_tasks();
+        if held > self.spilled_room {
+            self.spilled_room = 4 * held;
         }
         self.spilled_room = self.spilled_room.max(self.limit);
-        let mut all = Bloom::new(self.spilled_room);
         self.spilled_keys = None;
-        for r in &self.runs {
-            let records = match r.records() {
-                Ok(records) => records,
-                Err(e) => {
-                    self.error.get_or_insert(e);
-                    return;
-                }
-            };
-            for rec in records {
-                match rec {
-                    Ok((k, _)) => all.add(&k),
-                    Err(e) => {
-                        self.error.get_or_insert(e);
-                        return;
-                    }
+        let build = || -> io::Result<Bloom> {
+            let mut all = Bloom::new(self.spilled_room);
+            for r in &self.runs {
+                for record in r.records()? {
+                    all.add(&record?.0);
                 }
             }
+            Ok(all)
+        };
+        match build() {
+            Ok(all) => self.spilled_keys = Some(all),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
         }
-        self.spilled_keys = Some(all);
+    }
+
+    /// The tasks the runs hold.
+    fn spilled_tasks(&self) -> usize {
+        self.runs.iter().map(|r| r.records).sum()
     }
 
     /// One run (of `level`) of the records of `runs` (oldest first), in
@@ -964,13 +962,14 @@ mod tests {
                 index.insert_new(key(i), span(i));
             }
             assert_eq!(index.runs.len(), 3);
-            let before = index.run_probes;
+            let before = index.searched;
             for i in 1_000..3_000 {
                 assert_eq!(index.get(&key(i)), None, "{i}");
             }
-            // Each run's filter tested by every new task would be 6,000
-            // tests; the filter of every spilled key lets about 1.5% by.
-            let probes = index.run_probes - before;
+            // Each new task searching the runs would be 2,000 searches
+            // (6,000 runs' filters tested); the filter of every spilled
+            // key lets about 1.5% by.
+            let probes = 3 * (index.searched - before);
             assert!(probes < 300, "{expect_at:?}: {probes} runs tested");
             for i in 0..1_000 {
                 assert_eq!(index.get(&key(i)), Some(span(i)), "{expect_at:?}: {i}");

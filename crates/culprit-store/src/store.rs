@@ -1965,10 +1965,9 @@ mod tests {
         assert!(order_by_key(&[]).is_empty());
     }
 
-    /// Whether each column of a file of `table` written by the store has
-    /// a dictionary page, by name: rows whose text takes three values.
-    /// Per column of a file of `table` the store writes: whether its
-    /// chunk has a dictionary page, and whether it has statistics.
+    /// Per column of a file of `table` the store writes (rows whose text
+    /// takes three values), by name: whether its chunk has a dictionary
+    /// page, and whether it has statistics.
     fn chunks(table: Table) -> BTreeMap<String, (bool, bool)> {
         use parquet::file::reader::FileReader;
         let schema = table.schema();
@@ -2016,6 +2015,7 @@ mod tests {
             .collect()
     }
 
+    /// Whether each column's chunk has a dictionary page ([`chunks`]).
     fn dictionaries(table: Table) -> BTreeMap<String, bool> {
         chunks(table)
             .into_iter()
