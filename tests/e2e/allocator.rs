@@ -1,8 +1,8 @@
-//! A culprit process runs with glibc's malloc capped at two arenas
-//! (crates/culprit-cli/src/arenas.rs: it starts itself again with
-//! `MALLOC_ARENA_MAX=2`), unless the user set the variable.
+//! A culprit process runs with glibc's malloc capped at two arenas, an
+//! ingest at one (crates/culprit-cli/src/arenas.rs: it starts itself again
+//! with `MALLOC_ARENA_MAX` set), unless the user set the variable.
 
-use crate::common::{psql, serve_process_with};
+use crate::common::{culprit, psql, serve_process_with};
 
 /// The `MALLOC_ARENA_MAX` entries of process `pid`'s environment.
 fn arena_max(pid: u32) -> Vec<String> {
@@ -34,4 +34,49 @@ fn the_server_runs_with_two_malloc_arenas_unless_told_otherwise() {
     // The user's value is kept.
     let s = serve_process_with(store, &[], &[("MALLOC_ARENA_MAX", "4")]);
     assert_eq!(arena_max(s.child.id()), vec!["MALLOC_ARENA_MAX=4"]);
+}
+
+/// The `MALLOC_ARENA_MAX` entries of a running `culprit ingest --watch`
+/// with `envs`, once it has started itself again (or after 20 s).
+fn watch_arena_max(envs: &[(&str, &str)]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir(&inputs).unwrap();
+    let store = dir.path().join("store");
+    let mut child = culprit()
+        .args(["ingest", "--watch", "--interval", "0.2", "--store"])
+        .arg(&store)
+        .arg(&inputs)
+        .env_remove("CULPRIT_STORE")
+        .env_remove("MALLOC_ARENA_MAX")
+        .envs(envs.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("culprit ingest --watch starts");
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = arena_max(pid);
+    while seen.is_empty() && std::time::Instant::now() < deadline {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "culprit ingest --watch stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        seen = arena_max(pid);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
+#[test]
+fn an_ingest_runs_with_one_malloc_arena_unless_told_otherwise() {
+    // Its buffers are allocated on one thread and freed on another: one
+    // arena keeps less memory (docs/performance.md).
+    assert_eq!(watch_arena_max(&[]), vec!["MALLOC_ARENA_MAX=1"]);
+    assert_eq!(
+        watch_arena_max(&[("MALLOC_ARENA_MAX", "3")]),
+        vec!["MALLOC_ARENA_MAX=3"]
+    );
 }

@@ -524,9 +524,12 @@ enum Command {
 const INGEST_BLOCKING_THREADS: usize = 3;
 
 fn main() -> ExitCode {
-    arenas::cap();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    arenas::cap(match cli.command {
+        Command::Ingest { .. } => arenas::INGEST_ARENAS,
+        _ => arenas::ARENAS,
+    });
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if matches!(cli.command, Command::Ingest { .. }) {
