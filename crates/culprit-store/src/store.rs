@@ -857,6 +857,13 @@ fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterPro
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
         .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)));
+    if crate::layout::time_columns(name).is_some() {
+        // A time table's row group is small (`rows_per_group`): one page a
+        // column unless its values pass 1 MiB, so page statistics (a column
+        // index) would repeat the chunk's, and building them cost the
+        // encoders a tenth of their allocations.
+        props = props.set_statistics_enabled(parquet::file::properties::EnabledStatistics::Chunk);
+    }
     if name == "task_windows" {
         // Nor statistics of its resources and details: every row group
         // holds every resource, so they prune nothing, and they cost a
@@ -1967,8 +1974,9 @@ mod tests {
 
     /// Per column of a file of `table` the store writes (rows whose text
     /// takes three values), by name: whether its chunk has a dictionary
-    /// page, and whether it has statistics.
-    fn chunks(table: Table) -> BTreeMap<String, (bool, bool)> {
+    /// page, whether it has statistics, and whether it has page statistics
+    /// (a column index).
+    fn chunks(table: Table) -> BTreeMap<String, (bool, bool, bool)> {
         use parquet::file::reader::FileReader;
         let schema = table.schema();
         let n = 1_000;
@@ -2009,6 +2017,7 @@ mod tests {
                     (
                         c.dictionary_page_offset().is_some(),
                         c.statistics().is_some(),
+                        c.column_index_offset().is_some(),
                     ),
                 )
             })
@@ -2019,7 +2028,7 @@ mod tests {
     fn dictionaries(table: Table) -> BTreeMap<String, bool> {
         chunks(table)
             .into_iter()
-            .map(|(c, (d, _))| (c, d))
+            .map(|(c, (d, _, _))| (c, d))
             .collect()
     }
 
@@ -2037,8 +2046,17 @@ mod tests {
         // The other tables keep every column's.
         for t in [Table::Tasks, Table::HostWindows] {
             let chunks = chunks(t);
-            assert!(chunks.values().all(|(_, s)| *s), "{t:?}: {chunks:?}");
+            assert!(chunks.values().all(|(_, s, _)| *s), "{t:?}: {chunks:?}");
         }
+        // Page statistics (a column index) only where a chunk has several
+        // pages: a time table's row group (16,384 rows) is one page a
+        // column, whose statistics would repeat the chunk's.
+        for t in [Table::Tasks, Table::TaskWindows, Table::HostWindows] {
+            let chunks = chunks(t);
+            assert!(chunks.values().all(|(_, _, i)| !*i), "{t:?}: {chunks:?}");
+        }
+        let stages = chunks(Table::Stages);
+        assert!(stages.values().all(|(_, s, i)| *s && *i), "{stages:?}");
     }
 
     #[test]
