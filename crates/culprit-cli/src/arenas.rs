@@ -10,8 +10,8 @@
 //! decoded on one thread, checked on another and encoded on a third, so
 //! what one arena allocates another's thread frees, and each arena keeps
 //! its own high-water mark. With one arena the ingest of 1e7 tasks peaked
-//! at 340-347 MiB instead of 443-470 MiB, in the same time (47.5 s against
-//! 46.9 s, medians of three in turn; 1e6 tasks: 261-271 MiB instead of
+//! at 327-350 MiB instead of 420-508 MiB, for the same CPU time (within
+//! 1.5%) and 0-9% more wall time (1e6 tasks: 261-271 MiB instead of
 //! 315-417 MiB, 4.15 s against 4.14 s). The analyses stay on two: with one
 //! arena every victim of 1e6 tasks took 7.4 s instead of 6.6 s, its threads
 //! waiting for the arena's lock (docs/performance.md).
