@@ -58,6 +58,28 @@ pub struct Snapshot {
     /// The engine's [`Sweeper`], on a snapshot whose window rows are in
     /// the store (`shards.rs`).
     pub(crate) sweeper: Option<Arc<dyn Sweeper>>,
+    /// The memory budget's count of this snapshot's own dataset (a read for
+    /// named victims, `focus.rs`), given back when the last clone is
+    /// dropped; `None` for the engine's cached snapshot (counted by the
+    /// engine) and for a group's (counted by its call's admission). Kept
+    /// for its drop.
+    pub(crate) _held: Option<Arc<crate::budget::Reservation>>,
+}
+
+impl Snapshot {
+    /// This snapshot, its dataset counted in the budget by `held` until
+    /// its last clone is dropped.
+    /// Shrunk to the dataset's own count when the estimate was more.
+    pub(crate) fn holding(self, mut held: crate::budget::Reservation) -> Snapshot {
+        let now = crate::focus::dataset_bytes(&self.ds);
+        if held.size() > now {
+            held.shrink(held.size() - now);
+        }
+        Snapshot {
+            _held: Some(Arc::new(held)),
+            ..self
+        }
+    }
 }
 
 impl Engine {
@@ -184,6 +206,7 @@ impl Engine {
                 buckets: None,
                 source: snapshot.source.clone(),
                 sweeper: None,
+                _held: None,
             });
         }
         Ok(snapshot)
@@ -208,6 +231,7 @@ impl Engine {
             ds,
             buckets,
             source: Arc::new((self.store.clone(), manifest)),
+            _held: None,
         })
     }
 

@@ -41,6 +41,9 @@ use culprit_core::{Resource, Table};
 use culprit_store::Manifest;
 use futures::TryStreamExt;
 
+use crate::budget::{
+    Reservation, CACHE_BYTES_PER_HOST_ROW, CACHE_BYTES_PER_TASK, CACHE_BYTES_PER_WINDOW_ROW,
+};
 use crate::engine::{Engine, Snapshot};
 use crate::error::Error;
 
@@ -78,6 +81,50 @@ impl Focus {
 /// Victims' tasks per group of an analysis over every victim of a large
 /// store ([`Engine::victim_groups`]): its memory follows this, not the store.
 pub const GROUP_TASKS: u64 = 1 << 16;
+
+/// How a read names its victims (in the log and in a refusal).
+fn named(victims: &[String]) -> String {
+    if victims.len() <= 4 {
+        victims.join(", ")
+    } else {
+        format!(
+            "{} queries ({} ...)",
+            victims.len(),
+            victims[..4].join(", ")
+        )
+    }
+}
+
+/// The memory of a read for `victims`, estimated from the query index
+/// before it reads: its victims' tasks and as many again for the queries
+/// around them, with the store's window rows per task (as a group's,
+/// [`VictimGroups::window_rows`]), at the dataset's bytes per row.
+fn read_estimate(manifest: &Manifest, spans: &Spans, victims: &[String]) -> usize {
+    let tasks: u64 = victims
+        .iter()
+        .filter_map(|v| spans.get(v))
+        .map(|s| s.2)
+        .sum();
+    let tasks = 2 * tasks as usize;
+    let per_task =
+        manifest.rows_of(Table::TaskWindows) as f64 / manifest.rows_of(Table::Tasks).max(1) as f64;
+    let rows = (tasks as f64 * per_task) as usize;
+    rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW)
+        .saturating_add(tasks.saturating_mul(CACHE_BYTES_PER_TASK))
+}
+
+/// The memory of `ds`, counted in the budget while a read for named
+/// victims holds it: its tasks, window rows and host rows at the dataset
+/// cache's bytes per row.
+pub(crate) fn dataset_bytes(ds: &Dataset) -> usize {
+    let windows: usize = ds.windows.iter().map(|w| w.len()).sum();
+    let hosts: usize = ds.host_rows.iter().map(|h| h.len()).sum();
+    ds.tasks
+        .len()
+        .saturating_mul(CACHE_BYTES_PER_TASK)
+        .saturating_add(windows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW))
+        .saturating_add(hosts.saturating_mul(CACHE_BYTES_PER_HOST_ROW))
+}
 
 /// Per query: the earliest ready or launch time of its tasks, the latest
 /// finish, and how many tasks.
@@ -143,11 +190,29 @@ impl Engine {
             return Ok(None);
         };
         let whole = self.whole_tables(&manifest).await?;
+        // The read is admitted in the memory budget like an analysis of
+        // one victim, with an estimate from the query index, and what it
+        // reads is counted as it reads (past the estimate if need be),
+        // until the analysis ends.
+        let estimate = read_estimate(&manifest, &spans, &focus.victims);
+        let what = format!("the read for {}", named(&focus.victims));
+        let mut held = self
+            .budget()
+            .admit(&what, estimate, false)
+            .await?
+            .reservation;
         let (snapshot, swept) = self
-            .focused_at(manifest.clone(), &spans, &whole, focus, true)
+            .focused_at(
+                manifest.clone(),
+                &spans,
+                &whole,
+                focus,
+                true,
+                Some(&mut held),
+            )
             .await?;
         if !swept || snapshot.ds.shares.is_none() {
-            return Ok(Some(snapshot));
+            return Ok(Some(snapshot.holding(held)));
         }
         // A server's engine: the holders not kept yet are explained now
         // and their shares kept, then the victims are read and explained
@@ -158,9 +223,9 @@ impl Engine {
         self.keep_holder_shares(&snapshot).await?;
         drop(snapshot);
         let (snapshot, _) = self
-            .focused_at(manifest, &spans, &whole, focus, true)
+            .focused_at(manifest, &spans, &whole, focus, true, Some(&mut held))
             .await?;
-        Ok(Some(snapshot))
+        Ok(Some(snapshot.holding(held)))
     }
 
     /// Explains the stages whose whole neighbourhood `snapshot` holds (the
@@ -251,6 +316,7 @@ impl Engine {
                 attribution: Attribution::Window,
             },
             false,
+            None,
         )
         .await
         .map(|(snapshot, _)| snapshot)
@@ -287,8 +353,19 @@ impl Engine {
         whole: &WholeTables,
         focus: &Focus,
         cached: bool,
+        mut held: Option<&mut Reservation>,
     ) -> Result<(Snapshot, bool), Error> {
         let started = std::time::Instant::now();
+        // Counts the dataset read so far in `held`, grown past its
+        // estimate if need be (the read was admitted with the estimate).
+        let mut count = |ds: &Dataset| {
+            if let Some(held) = held.as_deref_mut() {
+                let now = dataset_bytes(ds);
+                if now > held.size() {
+                    held.grow(now - held.size());
+                }
+            }
+        };
         let store = self.store();
         let victims = &focus.victims;
         let mut ds = Dataset::new();
@@ -312,6 +389,7 @@ impl Engine {
                 .tasks_overlapping(&manifest, (a, b), None, cached)
                 .await?;
             add_tasks(&mut ds, &tasks);
+            count(&ds);
             // Every victim task overlaps `[a, b]`: their stages are known.
             victim = of_victims(&ds, victims);
             let mut u = (a, b);
@@ -355,6 +433,7 @@ impl Engine {
                     .tasks_overlapping(&manifest, u, Some((a, b)), cached)
                     .await?;
                 add_tasks(&mut ds, &more);
+                count(&ds);
             }
             region = Some(u);
         }
@@ -419,19 +498,12 @@ impl Engine {
                             }
                         }
                     }
+                    count(&ds);
                 }
             }
         }
         let kept: usize = ds.windows.iter().map(|g| g.len()).sum();
-        let named = if victims.len() <= 4 {
-            victims.join(", ")
-        } else {
-            format!(
-                "{} queries ({} ...)",
-                victims.len(),
-                victims[..4].join(", ")
-            )
-        };
+        let named = named(victims);
         log::info!(
             "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows of {} in \
              its time, {} slot holder stages to sweep, {} kept from earlier analyses)",
@@ -449,6 +521,7 @@ impl Engine {
             buckets: None,
             source: Arc::new((store.clone(), manifest)),
             sweeper: None,
+            _held: None,
         };
         Ok((snapshot, swept))
     }

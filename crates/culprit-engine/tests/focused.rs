@@ -684,3 +684,73 @@ async fn every_victim_by_groups_equals_the_whole_store() {
     }
     assert!(compared > 1000, "only {compared} level-4 rows compared");
 }
+
+/// A read for named victims is admitted in the memory budget like an
+/// analysis of one victim (a server's reads for many victims at once
+/// cannot take more than the budget), and what it read is counted until
+/// its snapshot is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_for_named_victims_is_counted_in_the_memory_budget() {
+    let w = culprit_sim::fast(&culprit_sim::FastConfig {
+        seed: 11,
+        tasks: 6_000,
+        hosts: 6,
+        slots: 4,
+        tasks_per_query: 300,
+        ..Default::default()
+    });
+    let victim = w
+        .queries
+        .column_by_name("query_id")
+        .unwrap()
+        .as_string::<i32>()
+        .value(5)
+        .to_string();
+    let store = store_of(&w).await;
+    let with_limit = |limit: usize| {
+        Engine::with_budget(
+            store.clone(),
+            Budget::new(BudgetOptions {
+                limit: Some(limit),
+                read_cache: Some(0),
+                ..Default::default()
+            }),
+        )
+    };
+    let engine = with_limit(1 << 30);
+    let before = engine.budget().used();
+    let s = engine
+        .focused(&focus_on(std::slice::from_ref(&victim)))
+        .await
+        .unwrap()
+        .unwrap();
+    // Counted: its tasks, window rows and host rows at the dataset's bytes
+    // per row (the budget's constants), counted from what the dataset holds.
+    let hosts: usize = s.ds.host_rows.iter().map(|h| h.len()).sum();
+    let want = s.ds.tasks.len() * culprit_engine::budget::CACHE_BYTES_PER_TASK
+        + window_rows(&s) * culprit_engine::budget::CACHE_BYTES_PER_WINDOW_ROW
+        + hosts * culprit_engine::budget::CACHE_BYTES_PER_HOST_ROW;
+    assert!(s.ds.tasks.len() >= 300 && window_rows(&s) > 0);
+    assert_eq!(engine.budget().used() - before, want);
+    let again = s.clone();
+    drop(s);
+    assert_eq!(engine.budget().used() - before, want, "a clone holds it");
+    drop(again);
+    assert_eq!(
+        engine.budget().used(),
+        before,
+        "given back with the snapshot"
+    );
+    // A budget smaller than the read's estimate refuses it, clearly.
+    let small = with_limit(64 << 10);
+    let err = small
+        .focused(&focus_on(std::slice::from_ref(&victim)))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("the read for {victim}")) && msg.contains("--memory-budget-mb"),
+        "{msg}"
+    );
+    assert_eq!(small.budget().used(), 0);
+}
