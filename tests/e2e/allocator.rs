@@ -37,8 +37,10 @@ fn the_server_runs_with_two_malloc_arenas_unless_told_otherwise() {
 }
 
 /// The `MALLOC_ARENA_MAX` entries of a running `culprit ingest --watch`
-/// with `envs`, once it has started itself again (or after 20 s).
+/// with `envs`, once it is past `main` (it says it is watching: after it
+/// started itself again).
 fn watch_arena_max(envs: &[(&str, &str)]) -> Vec<String> {
+    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let inputs = dir.path().join("in");
     std::fs::create_dir(&inputs).unwrap();
@@ -51,20 +53,24 @@ fn watch_arena_max(envs: &[(&str, &str)]) -> Vec<String> {
         .env_remove("MALLOC_ARENA_MAX")
         .envs(envs.iter().copied())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("culprit ingest --watch starts");
-    let pid = child.id();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut seen = arena_max(pid);
-    while seen.is_empty() && std::time::Instant::now() < deadline {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "culprit ingest --watch stopped"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        seen = arena_max(pid);
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        let watching = line.starts_with("watching ");
+        said.push(line);
+        if watching {
+            break;
+        }
     }
+    assert!(
+        said.last().is_some_and(|l| l.starts_with("watching ")),
+        "culprit ingest --watch stopped: {said:?}"
+    );
+    let seen = arena_max(child.id());
     let _ = child.kill();
     let _ = child.wait();
     seen

@@ -8,9 +8,10 @@
 //! - the working memory of each analysis, estimated from the window rows it
 //!   reads before it runs ([`Snapshot::working_estimate`]) and held while it
 //!   runs;
-//! - what a read for named victims holds (`focus.rs`): admitted as a light
-//!   query with an estimate from the query index before it reads, then
-//!   counted as it reads, until its snapshot is dropped;
+//! - what a read for named victims holds and the working memory of its
+//!   analysis (`focus.rs`): admitted as a light query with an estimate
+//!   from the query index before it reads, then counted as it reads, until
+//!   the analysis and its result are done ([`Snapshot::admitted`]);
 //! - every DataFusion reservation of every session (sorts, joins,
 //!   aggregates, and the results of culprit's table functions until they
 //!   are sent): the SQL layer gives each session a pool drawn from this

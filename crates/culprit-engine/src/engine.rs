@@ -61,24 +61,30 @@ pub struct Snapshot {
     /// The memory budget's count of this snapshot's own dataset (a read for
     /// named victims, `focus.rs`), given back when the last clone is
     /// dropped; `None` for the engine's cached snapshot (counted by the
-    /// engine) and for a group's (counted by its call's admission). Kept
-    /// for its drop.
-    pub(crate) _held: Option<Arc<crate::budget::Reservation>>,
+    /// engine) and for a group's (counted by its call's admission).
+    pub(crate) held: Option<Arc<crate::budget::Reservation>>,
 }
 
 impl Snapshot {
-    /// This snapshot, its dataset counted in the budget by `held` until
-    /// its last clone is dropped.
-    /// Shrunk to the dataset's own count when the estimate was more.
+    /// This snapshot, counted in the budget by `held` (its dataset and an
+    /// analysis's working memory, [`crate::focus`]) until its last clone
+    /// is dropped; shrunk to that count when the estimate was more.
     pub(crate) fn holding(self, mut held: crate::budget::Reservation) -> Snapshot {
-        let now = crate::focus::dataset_bytes(&self.ds);
+        let now = crate::focus::read_bytes(&self.ds);
         if held.size() > now {
             held.shrink(held.size() - now);
         }
         Snapshot {
-            _held: Some(Arc::new(held)),
+            held: Some(Arc::new(held)),
             ..self
         }
+    }
+
+    /// The memory a read for named victims was admitted with and holds
+    /// (its dataset and an analysis's working memory over it), if this is
+    /// such a read: whoever keeps the dataset past the snapshot keeps it.
+    pub fn admitted(&self) -> Option<Arc<crate::budget::Reservation>> {
+        self.held.clone()
     }
 }
 
@@ -206,7 +212,7 @@ impl Engine {
                 buckets: None,
                 source: snapshot.source.clone(),
                 sweeper: None,
-                _held: None,
+                held: None,
             });
         }
         Ok(snapshot)
@@ -231,7 +237,7 @@ impl Engine {
             ds,
             buckets,
             source: Arc::new((self.store.clone(), manifest)),
-            _held: None,
+            held: None,
         })
     }
 

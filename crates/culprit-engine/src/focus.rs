@@ -43,6 +43,7 @@ use futures::TryStreamExt;
 
 use crate::budget::{
     Reservation, CACHE_BYTES_PER_HOST_ROW, CACHE_BYTES_PER_TASK, CACHE_BYTES_PER_WINDOW_ROW,
+    LIGHT_BYTES_PER_WINDOW_ROW,
 };
 use crate::engine::{Engine, Snapshot};
 use crate::error::Error;
@@ -95,34 +96,48 @@ fn named(victims: &[String]) -> String {
     }
 }
 
-/// The memory of a read for `victims`, estimated from the query index
-/// before it reads: its victims' tasks and as many again for the queries
-/// around them, with the store's window rows per task (as a group's,
-/// [`VictimGroups::window_rows`]), at the dataset's bytes per row.
+/// The memory of a read for `victims` and of an analysis over it,
+/// estimated from the query index before it reads: the tasks that ran in
+/// the victims' span (each query overlapping it by the share of its span
+/// that overlaps, its tasks spread evenly), with the store's window rows
+/// per task. What the read holds past it is counted as it reads.
 fn read_estimate(manifest: &Manifest, spans: &Spans, victims: &[String]) -> usize {
-    let tasks: u64 = victims
-        .iter()
-        .filter_map(|v| spans.get(v))
-        .map(|s| s.2)
+    let Some((a, b)) = victims.iter().filter_map(|v| spans.get(v)).fold(
+        None,
+        |acc: Option<(i64, i64)>, &(x, y, _)| {
+            Some(acc.map_or((x, y), |(p, q)| (p.min(x), q.max(y))))
+        },
+    ) else {
+        return 0; // no victim has tasks: refused without reading
+    };
+    let tasks: f64 = spans
+        .values()
+        .filter(|&&(x, y, _)| x <= b && a <= y)
+        .map(|&(x, y, n)| {
+            let overlap = (y.min(b) - x.max(a)).max(0) as f64 + 1.0;
+            n as f64 * (overlap / ((y - x).max(0) as f64 + 1.0)).min(1.0)
+        })
         .sum();
-    let tasks = 2 * tasks as usize;
     let per_task =
         manifest.rows_of(Table::TaskWindows) as f64 / manifest.rows_of(Table::Tasks).max(1) as f64;
-    let rows = (tasks as f64 * per_task) as usize;
-    rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW)
-        .saturating_add(tasks.saturating_mul(CACHE_BYTES_PER_TASK))
+    let rows = (tasks * per_task) as usize;
+    rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
+        .saturating_add((tasks as usize).saturating_mul(CACHE_BYTES_PER_TASK))
 }
 
-/// The memory of `ds`, counted in the budget while a read for named
-/// victims holds it: its tasks, window rows and host rows at the dataset
-/// cache's bytes per row.
-pub(crate) fn dataset_bytes(ds: &Dataset) -> usize {
+/// The memory of `ds` while a read for named victims holds it, and of an
+/// analysis over it: its tasks, window rows and host rows at the dataset
+/// cache's bytes per row, and the working memory per window row of an
+/// analysis of one victim.
+pub(crate) fn read_bytes(ds: &Dataset) -> usize {
     let windows: usize = ds.windows.iter().map(|w| w.len()).sum();
     let hosts: usize = ds.host_rows.iter().map(|h| h.len()).sum();
     ds.tasks
         .len()
         .saturating_mul(CACHE_BYTES_PER_TASK)
-        .saturating_add(windows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW))
+        .saturating_add(
+            windows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW),
+        )
         .saturating_add(hosts.saturating_mul(CACHE_BYTES_PER_HOST_ROW))
 }
 
@@ -191,9 +206,10 @@ impl Engine {
         };
         let whole = self.whole_tables(&manifest).await?;
         // The read is admitted in the memory budget like an analysis of
-        // one victim, with an estimate from the query index, and what it
-        // reads is counted as it reads (past the estimate if need be),
-        // until the analysis ends.
+        // one victim, with the analysis's working memory, from an estimate
+        // from the query index; what it reads is counted as it reads (past
+        // the estimate if need be), until the analysis and its result are
+        // done (`Snapshot::admitted`).
         let estimate = read_estimate(&manifest, &spans, &focus.victims);
         let what = format!("the read for {}", named(&focus.victims));
         let mut held = self
@@ -360,7 +376,7 @@ impl Engine {
         // estimate if need be (the read was admitted with the estimate).
         let mut count = |ds: &Dataset| {
             if let Some(held) = held.as_deref_mut() {
-                let now = dataset_bytes(ds);
+                let now = read_bytes(ds);
                 if now > held.size() {
                     held.grow(now - held.size());
                 }
@@ -521,7 +537,7 @@ impl Engine {
             buckets: None,
             source: Arc::new((store.clone(), manifest)),
             sweeper: None,
-            _held: None,
+            held: None,
         };
         Ok((snapshot, swept))
     }

@@ -2048,9 +2048,9 @@ mod tests {
             let chunks = chunks(t);
             assert!(chunks.values().all(|(_, s, _)| *s), "{t:?}: {chunks:?}");
         }
-        // Page statistics (a column index) only where a chunk has several
-        // pages: a time table's row group (16,384 rows) is one page a
-        // column, whose statistics would repeat the chunk's.
+        // No page statistics (a column index) for the time tables: their
+        // row group (16,384 rows) is one page a column, whose statistics
+        // would repeat the chunk's. The other tables keep them.
         for t in [Table::Tasks, Table::TaskWindows, Table::HostWindows] {
             let chunks = chunks(t);
             assert!(chunks.values().all(|(_, _, i)| !*i), "{t:?}: {chunks:?}");

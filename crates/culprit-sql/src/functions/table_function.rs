@@ -98,6 +98,10 @@ pub struct ComputedTable {
     /// The memory the result holds, charged to the query's pool until the
     /// plan (which owns this table) is dropped.
     pub held: Mutex<Vec<MemoryReservation>>,
+    /// A read for named victims' own count in the memory budget (its
+    /// dataset and working memory, `Engine::focused`), kept until the plan
+    /// is dropped: a result may hold the dataset until it is sent.
+    pub read: Mutex<Vec<Arc<culprit_engine::Reservation>>>,
 }
 
 impl ComputedTable {
@@ -119,6 +123,7 @@ impl ComputedTable {
             compute,
             by_groups: None,
             held: Default::default(),
+            read: Default::default(),
         }
     }
 }
@@ -170,7 +175,14 @@ impl TableProvider for ComputedTable {
             None => engine.snapshot(false).await.map_err(to_datafusion)?,
         };
         let heavy = self.cost == Cost::AllVictims || (self.windows && snapshot.streamed());
-        let estimate = snapshot.working_estimate(self.cost, self.windows);
+        // A read for named victims was admitted with its working memory
+        // (`Engine::focused`): it holds both already, and waiting here for
+        // more while holding them could wait for itself.
+        let read = snapshot.admitted();
+        let estimate = match read {
+            Some(_) => 0,
+            None => snapshot.working_estimate(self.cost, self.windows),
+        };
         let what = format!("{}()", self.name);
         // Admission in the server's memory budget (`culprit_engine::budget`):
         // a heavy call takes a slot or waits in the queue; every call waits
@@ -200,6 +212,9 @@ impl TableProvider for ComputedTable {
                     to_datafusion(Error::Internal(format!("{}(): {e}", self.name)))
                 })?;
         let rows = rows?;
+        if let Some(read) = read {
+            self.read.lock().expect("read").push(read);
+        }
         // The result is charged to the query's memory pool, drawn from the
         // same budget (with the session's own `--query-memory-mb` when set),
         // in place of the working memory: over it, the query fails with
