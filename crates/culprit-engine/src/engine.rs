@@ -58,10 +58,12 @@ pub struct Snapshot {
     /// The engine's [`Sweeper`], on a snapshot whose window rows are in
     /// the store (`shards.rs`).
     pub(crate) sweeper: Option<Arc<dyn Sweeper>>,
-    /// The memory budget's count of this snapshot's own dataset (a read for
-    /// named victims, `focus.rs`), given back when the last clone is
-    /// dropped; `None` for the engine's cached snapshot (counted by the
-    /// engine) and for a group's (counted by its call's admission).
+    /// The memory budget's count of this snapshot's own dataset and of an
+    /// analysis's working memory over it (a read for named victims,
+    /// `focus.rs`), given back when the last holder of it is dropped
+    /// ([`Snapshot::admitted`]); `None` for the engine's cached snapshot
+    /// (counted by the engine) and for a group's (counted by its call's
+    /// admission).
     pub(crate) held: Option<Arc<crate::budget::Reservation>>,
 }
 

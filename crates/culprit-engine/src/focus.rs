@@ -96,18 +96,24 @@ fn named(victims: &[String]) -> String {
     }
 }
 
+/// The victims' span in the query index: the earliest ready or launch time
+/// of their tasks, the latest finish; `None` if no victim has tasks.
+fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
+    victims
+        .iter()
+        .filter_map(|v| spans.get(v))
+        .fold(None, |acc, &(a, b, _)| {
+            Some(acc.map_or((a, b), |(x, y): (i64, i64)| (x.min(a), y.max(b))))
+        })
+}
+
 /// The memory of a read for `victims` and of an analysis over it,
 /// estimated from the query index before it reads: the tasks that ran in
 /// the victims' span (each query overlapping it by the share of its span
 /// that overlaps, its tasks spread evenly), with the store's window rows
 /// per task. What the read holds past it is counted as it reads.
 fn read_estimate(manifest: &Manifest, spans: &Spans, victims: &[String]) -> usize {
-    let Some((a, b)) = victims.iter().filter_map(|v| spans.get(v)).fold(
-        None,
-        |acc: Option<(i64, i64)>, &(x, y, _)| {
-            Some(acc.map_or((x, y), |(p, q)| (p.min(x), q.max(y))))
-        },
-    ) else {
+    let Some((a, b)) = victims_span(spans, victims) else {
         return 0; // no victim has tasks: refused without reading
     };
     let tasks: f64 = spans
@@ -387,12 +393,7 @@ impl Engine {
         let mut ds = Dataset::new();
         // The victims' span; none if no victim has tasks (unknown ones are
         // refused by the analysis, from the queries table read below).
-        let hull = victims.iter().filter_map(|v| spans.get(v)).fold(
-            None,
-            |acc: Option<(i64, i64)>, &(a, b, _)| {
-                Some(acc.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))
-            },
-        );
+        let hull = victims_span(spans, victims);
         let mut region = None;
         let mut victim = Vec::new();
         let mut holders = Vec::new();
