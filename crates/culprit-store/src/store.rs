@@ -716,8 +716,19 @@ struct Encoded {
 const PIECE_ROWS: usize = 256 << 10;
 
 /// Jobs of a write that may be started past the first whose files are
-/// not written yet ([`PendingBatch::write_owned`]).
+/// not written yet ([`PendingBatch::write_owned`]), at least.
 const JOBS_AHEAD: usize = 4;
+
+/// Jobs of a write that encode at once: one a core and one more (it was
+/// two, whatever the cores). An ingest's main thread checks the next rows
+/// while a write encodes, and waits for the write when they are ready;
+/// with one job a core, a core idled while the write's last job ran alone.
+/// With one more, the 1e7-task ingest on two cores waits about half as
+/// long for its writes, and takes 2-4% less time (docs/performance.md,
+/// "One more encoder than cores").
+fn encoders() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
+}
 
 /// Rows of a write, by place: (batch, row).
 type Rows = Vec<(usize, usize)>;
@@ -1249,10 +1260,10 @@ impl PendingBatch {
     /// `tasks` rows add the batch's part of the query index
     /// ([`crate::layout::QUERY_SPANS`]): see the layout module.
     ///
-    /// The files are sorted and encoded on the blocking pool, two at a time
-    /// (the buckets of window rows, the pieces of the other tables' rows), so
-    /// a write uses both cores; memory holds the rows given and the encoded
-    /// files being written.
+    /// The files are sorted and encoded on the blocking pool, one a core
+    /// and one more at a time ([`encoders`]; the buckets of window rows, the
+    /// pieces of the other tables' rows), so a write uses every core;
+    /// memory holds the rows given and the encoded files being written.
     pub async fn write(&mut self, table: Table, batches: &[RecordBatch]) -> Result<()> {
         self.write_owned(table, batches.to_vec()).await
     }
@@ -1366,16 +1377,18 @@ impl PendingBatch {
                     Ok::<_, StoreError>((job, bucket, encoded))
                 }
             });
-        // Two jobs encode at a time, the next starting as soon as either
-        // is done (in order, one done early waited for the other: a core
-        // idle), at most `JOBS_AHEAD` past the first not written (the
-        // files done early wait in memory); their files are written in
-        // the jobs' order all the same.
+        // `encoders()` jobs encode at a time, the next starting as soon as
+        // one is done (in order, one done early waited for the others: a
+        // core idle), at most `JOBS_AHEAD` (or one more than the encoders)
+        // past the first not written (the files done early wait in
+        // memory); their files are written in the jobs' order all the same.
+        let encoders = encoders();
+        let ahead = JOBS_AHEAD.max(encoders + 1);
         let mut running = futures::stream::FuturesUnordered::new();
         let mut done: BTreeMap<usize, (Option<u32>, Vec<Encoded>)> = BTreeMap::new();
         let (mut started, mut next) = (0, 0);
         loop {
-            while running.len() < 2 && started < next + JOBS_AHEAD {
+            while running.len() < encoders && started < next + ahead {
                 let Some(job) = jobs.next() else { break };
                 running.push(job);
                 started += 1;
