@@ -725,7 +725,10 @@ const JOBS_AHEAD: usize = 4;
 /// with one job a core, a core idled while the write's last job ran alone.
 /// With one more, the 1e7-task ingest on two cores waits about half as
 /// long for its writes, and takes 2-4% less time (docs/performance.md,
-/// "One more encoder than cores").
+/// "One more encoder than cores"). Memory does not grow with the cores:
+/// a job gathers only its own rows of the write, so the jobs running at
+/// once hold at most one copy of the write's rows, and their files wait
+/// at most [`JOBS_AHEAD`] (or one more than the encoders) jobs ahead.
 fn encoders() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
 }
