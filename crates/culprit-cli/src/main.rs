@@ -520,9 +520,6 @@ enum Command {
     },
 }
 
-/// The blocking threads of `culprit ingest`'s runtime.
-const INGEST_BLOCKING_THREADS: usize = 3;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     arenas::cap(match cli.command {
@@ -533,12 +530,12 @@ fn main() -> ExitCode {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if matches!(cli.command, Command::Ingest { .. }) {
-        // An ingest keeps two files encoding and a few small writes on the
-        // blocking pool; more threads than that only cost memory: glibc's
-        // malloc gives each thread that allocates an arena of its own (up
-        // to 8 per core), and each keeps freed memory (docs/performance.md,
-        // "Ingest streams").
-        builder.max_blocking_threads(INGEST_BLOCKING_THREADS);
+        // An ingest keeps `encoders()` files encoding (one a core and one
+        // more) on the blocking pool, and one thread more for the store's
+        // reads and writes of files (`object_store` runs them there), so a
+        // write's files are written while the next encode. More threads
+        // than that would only hold memory: each keeps its stack and caches.
+        builder.max_blocking_threads(culprit_store::encoders() + 1);
     }
     let runtime = builder.build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {

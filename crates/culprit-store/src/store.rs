@@ -711,8 +711,8 @@ struct Encoded {
     span: Option<[i64; 2]>,
 }
 
-/// Rows per piece when one table's rows are cut to be encoded on both
-/// cores (each piece is a file).
+/// Rows per piece when one table's rows are cut to be encoded on every
+/// core ([`encoders`]; each piece is a file).
 const PIECE_ROWS: usize = 256 << 10;
 
 /// Jobs of a write that may be started past the first whose files are
@@ -724,12 +724,15 @@ const JOBS_AHEAD: usize = 4;
 /// while a write encodes, and waits for the write when they are ready;
 /// with one job a core, a core idled while the write's last job ran alone.
 /// With one more, the 1e7-task ingest on two cores waits about half as
-/// long for its writes, and takes 2-4% less time (docs/performance.md,
-/// "One more encoder than cores"). Memory does not grow with the cores:
-/// a job gathers only its own rows of the write, so the jobs running at
-/// once hold at most one copy of the write's rows, and their files wait
-/// at most [`JOBS_AHEAD`] (or one more than the encoders) jobs ahead.
-fn encoders() -> usize {
+/// long for its writes, and takes 1.5% less time (3.6% at 1e6 tasks;
+/// docs/performance.md, "One more encoder than cores"). `culprit ingest`
+/// sizes its runtime's blocking pool by it. Memory is bounded by the write
+/// whatever the cores: a job gathers only its own rows, so the jobs
+/// running at once hold at most one copy of the write's rows (more of it
+/// at once the more encoders), and finished files wait at most
+/// [`JOBS_AHEAD`] or one more than the encoders jobs ahead, whichever is
+/// more.
+pub fn encoders() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
 }
 
@@ -1344,7 +1347,7 @@ impl PendingBatch {
             .collect()
         } else {
             // One group, sorted here, then cut into pieces that encode on
-            // both cores, each covering its own stretch of time.
+            // every core, each covering its own stretch of time.
             let all: Rows = batches
                 .iter()
                 .enumerate()
