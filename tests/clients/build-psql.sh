@@ -16,7 +16,10 @@ tar xjf "$tarball"
 cd "postgresql-${version}"
 ./configure --prefix="$prefix" --without-readline --without-icu --without-zlib \
   --without-zstd --without-lz4 --with-ssl=openssl >configure.log 2>&1 || { tail -20 configure.log; exit 1; }
-make -j2 -C src/bin/psql >make.log 2>&1 || { tail -40 make.log; exit 1; }
+# The generated headers first, alone: psql's own parallel make may compile
+# command.c before catalog/pg_class_d.h exists (seen on a fresh machine).
+make -C src/backend generated-headers >make.log 2>&1 || { tail -40 make.log; exit 1; }
+make -j2 -C src/bin/psql >>make.log 2>&1 || { tail -40 make.log; exit 1; }
 make -C src/interfaces/libpq install >>make.log 2>&1
 make -C src/bin/psql install >>make.log 2>&1
 "$prefix/bin/psql" --version

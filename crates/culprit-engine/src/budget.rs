@@ -318,28 +318,34 @@ impl Budget {
                 )));
             }
         }
+        self.wait_take(what, estimate, cap).await?;
+        Ok(Admission {
+            _permit: permit,
+            reservation: Reservation {
+                budget: self.clone(),
+                bytes: estimate,
+            },
+        })
+    }
+
+    /// Takes `bytes` of the budget under `cap`, waiting up to
+    /// [`MEMORY_WAIT`] for others to give back enough.
+    async fn wait_take(&self, what: &str, bytes: usize, cap: Option<usize>) -> Result<(), Error> {
+        let inner = &self.inner;
         let deadline = tokio::time::Instant::now() + MEMORY_WAIT;
         loop {
             let freed = inner.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            match self.take(estimate, cap) {
-                Ok(_) => {
-                    return Ok(Admission {
-                        _permit: permit,
-                        reservation: Reservation {
-                            budget: self.clone(),
-                            bytes: estimate,
-                        },
-                    })
-                }
+            match self.take(bytes, cap) {
+                Ok(_) => return Ok(()),
                 Err(used) => {
                     if tokio::time::timeout_at(deadline, freed).await.is_err() {
                         return Err(Error::OutOfMemory(format!(
                             "{what} waited {} s for {} of the memory budget ({} of {} \
                              in use); try again later, or raise --memory-budget-mb",
                             MEMORY_WAIT.as_secs(),
-                            mib(estimate),
+                            mib(bytes),
                             mib(used),
                             mib(inner.limit.unwrap_or(usize::MAX))
                         )));
@@ -379,6 +385,27 @@ impl Reservation {
             }
             Err(used) => Err(self.budget.refusal(what, bytes, used)),
         }
+    }
+
+    /// Grows to `bytes` (if it holds less), as [`Budget::admit`] admits a
+    /// light query: failing at once when they are more than the whole
+    /// budget, else waiting up to [`MEMORY_WAIT`] for them.
+    pub async fn grow_to(&mut self, what: &str, bytes: usize) -> Result<(), Error> {
+        let Some(more) = bytes.checked_sub(self.bytes).filter(|&m| m > 0) else {
+            return Ok(());
+        };
+        let limit = self.budget.inner.limit;
+        if limit.is_some_and(|l| bytes > l) {
+            return Err(Error::OutOfMemory(format!(
+                "{what} needs about {}, more than a query of the memory budget of {} may \
+                 hold; raise --memory-budget-mb",
+                mib(bytes),
+                mib(limit.unwrap_or(usize::MAX))
+            )));
+        }
+        self.budget.wait_take(what, more, limit).await?;
+        self.bytes += more;
+        Ok(())
     }
 
     /// Grows by `bytes` even past the limit.

@@ -39,6 +39,7 @@ use culprit_core::method::transitive::{HolderShares, KeepShares};
 use culprit_core::method::{Attribution, BlameOptions, Dataset, Micros, SlotBlame};
 use culprit_core::{Resource, Table};
 use culprit_store::Manifest;
+use culprit_store::QuerySpan;
 use futures::TryStreamExt;
 
 use crate::budget::{
@@ -102,7 +103,8 @@ fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
     victims
         .iter()
         .filter_map(|v| spans.get(v))
-        .fold(None, |acc, &(a, b, _)| {
+        .fold(None, |acc, s| {
+            let (a, b) = (s.first, s.last);
             Some(acc.map_or((a, b), |(x, y): (i64, i64)| (x.min(a), y.max(b))))
         })
 }
@@ -112,14 +114,15 @@ fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
 /// the victims' span (each query overlapping it by the share of its span
 /// that overlaps, its tasks spread evenly), with the store's window rows
 /// per task. What the read holds past it is counted as it reads.
-fn read_estimate(manifest: &Manifest, spans: &Spans, victims: &[String]) -> usize {
-    let Some((a, b)) = victims_span(spans, victims) else {
+fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -> usize {
+    let Some((a, b)) = span else {
         return 0; // no victim has tasks: refused without reading
     };
     let tasks: f64 = spans
         .values()
-        .filter(|&&(x, y, _)| x <= b && a <= y)
-        .map(|&(x, y, n)| {
+        .filter(|s| s.first <= b && a <= s.last)
+        .map(|s| {
+            let (x, y, n) = (s.first, s.last, s.tasks);
             let overlap = (y.min(b) - x.max(a)).max(0) as f64 + 1.0;
             n as f64 * (overlap / ((y - x).max(0) as f64 + 1.0)).min(1.0)
         })
@@ -129,6 +132,17 @@ fn read_estimate(manifest: &Manifest, spans: &Spans, victims: &[String]) -> usiz
     let rows = (tasks * per_task) as usize;
     rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
         .saturating_add((tasks as usize).saturating_mul(CACHE_BYTES_PER_TASK))
+}
+
+/// Counts the dataset read so far in `held`, grown past its estimate if
+/// need be (the read was admitted with the estimate).
+fn count(held: &mut Option<&mut Reservation>, ds: &Dataset) {
+    if let Some(held) = held.as_deref_mut() {
+        let now = read_bytes(ds);
+        if now > held.size() {
+            held.grow(now - held.size());
+        }
+    }
 }
 
 /// The memory of `ds` while a read for named victims holds it, and of an
@@ -148,8 +162,8 @@ pub(crate) fn read_bytes(ds: &Dataset) -> usize {
 }
 
 /// Per query: the earliest ready or launch time of its tasks, the latest
-/// finish, and how many tasks.
-pub(crate) type Spans = HashMap<String, (i64, i64, u64)>;
+/// finish, how many tasks, and their earliest launch.
+pub(crate) type Spans = HashMap<String, QuerySpan>;
 
 /// The `stages` and `queries` rows of a manifest version (one row per
 /// stage or query, not per task).
@@ -179,7 +193,7 @@ impl VictimGroups {
         let tasks: u64 = self.groups[i]
             .iter()
             .filter_map(|q| self.spans.get(q))
-            .map(|s| s.2)
+            .map(|s| s.tasks)
             .sum();
         (2.0 * tasks as f64 * self.window_rows_per_task) as usize
     }
@@ -216,7 +230,7 @@ impl Engine {
         // from the query index; what it reads is counted as it reads (past
         // the estimate if need be), until the analysis and its result are
         // done (`Snapshot::admitted`).
-        let estimate = read_estimate(&manifest, &spans, &focus.victims);
+        let estimate = read_estimate(&manifest, &spans, victims_span(&spans, &focus.victims));
         let what = format!("the read for {}", named(&focus.victims));
         let mut held = self
             .budget()
@@ -242,7 +256,7 @@ impl Engine {
         // statement gives the same numbers to the last digit (its sums are
         // over the same rows in the same order). The second read comes
         // from the read cache.
-        self.keep_holder_shares(&snapshot).await?;
+        let mut held = self.keep_holder_shares(&snapshot, held).await?;
         drop(snapshot);
         let (snapshot, _) = self
             .focused_at(manifest, &spans, &whole, focus, true, Some(&mut held))
@@ -253,18 +267,29 @@ impl Engine {
     /// Explains the stages whose whole neighbourhood `snapshot` holds (the
     /// victims' and the holders' not kept: `HolderShares::whole`) for the
     /// shares it keeps (`shares.rs`): every holder found, so that the next
-    /// call finds none to sweep.
-    async fn keep_holder_shares(&self, snapshot: &Snapshot) -> Result<(), Error> {
+    /// call finds none to sweep. The sweep holds `held`, what the read
+    /// counted in the budget, to its end, and gives it back: a statement
+    /// cancelled meanwhile leaves the sweep to finish on its thread, its
+    /// memory still counted until then.
+    async fn keep_holder_shares(
+        &self,
+        snapshot: &Snapshot,
+        held: Reservation,
+    ) -> Result<Reservation, Error> {
         let ds = snapshot.ds.clone();
         tokio::task::spawn_blocking(move || {
-            let Some(shares) = ds.shares.as_deref() else {
-                return Ok(());
-            };
-            culprit_core::method::keep_shares(&ds, &shares.whole, shares.window, shares.attribution)
+            if let Some(shares) = ds.shares.as_deref() {
+                culprit_core::method::keep_shares(
+                    &ds,
+                    &shares.whole,
+                    shares.window,
+                    shares.attribution,
+                )?;
+            }
+            Ok(held)
         })
         .await
-        .map_err(|e| Error::Internal(format!("explaining the slot holders: {e}")))??;
-        Ok(())
+        .map_err(|e| Error::Internal(format!("explaining the slot holders: {e}")))?
     }
 
     /// The groups in which an analysis over every query that ran in
@@ -296,8 +321,8 @@ impl Engine {
         };
         let mut queries: Vec<(&String, i64, u64)> = spans
             .iter()
-            .filter(|(_, &(a, b, _))| a <= window.1 && window.0 <= b)
-            .map(|(q, &(a, _, n))| (q, a, n))
+            .filter(|(_, s)| s.first <= window.1 && window.0 <= s.last)
+            .map(|(q, s)| (q, s.first, s.tasks))
             .collect();
         queries.sort_by(|x, y| (x.1, x.0).cmp(&(y.1, y.0)));
         let mut groups: Vec<Vec<String>> = Vec::new();
@@ -378,16 +403,6 @@ impl Engine {
         mut held: Option<&mut Reservation>,
     ) -> Result<(Snapshot, bool), Error> {
         let started = std::time::Instant::now();
-        // Counts the dataset read so far in `held`, grown past its
-        // estimate if need be (the read was admitted with the estimate).
-        let mut count = |ds: &Dataset| {
-            if let Some(held) = held.as_deref_mut() {
-                let now = read_bytes(ds);
-                if now > held.size() {
-                    held.grow(now - held.size());
-                }
-            }
-        };
         let store = self.store();
         let victims = &focus.victims;
         let mut ds = Dataset::new();
@@ -406,7 +421,7 @@ impl Engine {
                 .tasks_overlapping(&manifest, (a, b), None, cached)
                 .await?;
             add_tasks(&mut ds, &tasks);
-            count(&ds);
+            count(&mut held, &ds);
             // Every victim task overlaps `[a, b]`: their stages are known.
             victim = of_victims(&ds, victims);
             let mut u = (a, b);
@@ -440,17 +455,24 @@ impl Engine {
                 }
                 for &s in &holders {
                     let q = ds.queries.name(ds.stage_query(s));
-                    if let Some(&(x, y, _)) = spans.get(q) {
-                        u = (u.0.min(x), u.1.max(y));
+                    if let Some(s) = spans.get(q) {
+                        u = (u.0.min(s.first), u.1.max(s.last));
                     }
                 }
             }
             if u != (a, b) {
+                // The holders' time is read too: the read's estimate again,
+                // of all of it, waited for as the admission waited.
+                if let Some(held) = held.as_deref_mut() {
+                    let what = format!("the read for {}", named(victims));
+                    let estimate = read_estimate(&manifest, spans, Some(u));
+                    held.grow_to(&what, estimate).await?;
+                }
                 let more = self
                     .tasks_overlapping(&manifest, u, Some((a, b)), cached)
                     .await?;
                 add_tasks(&mut ds, &more);
-                count(&ds);
+                count(&mut held, &ds);
             }
             region = Some(u);
         }
@@ -515,9 +537,15 @@ impl Engine {
                             }
                         }
                     }
-                    count(&ds);
+                    count(&mut held, &ds);
                 }
             }
+        }
+        if let Some(region) = region {
+            self.windowed_elsewhere(&manifest, &mut ds, &needs, region, cached)
+                .await?;
+            self.whole_spans(&manifest, spans, &mut ds, region, cached)
+                .await?;
         }
         let kept: usize = ds.windows.iter().map(|g| g.len()).sum();
         let named = named(victims);
@@ -541,6 +569,154 @@ impl Engine {
             held: None,
         };
         Ok((snapshot, swept))
+    }
+
+    /// Marks the tasks of `ds` that have window rows outside `region` (read
+    /// already) and none in it, where their totals would otherwise be
+    /// spread over their run (method.md section 2) beside an explained
+    /// task: a task's rows may leave gaps (interchange), and a whole read
+    /// knows the task has rows. Reads only the time of those tasks outside
+    /// `region`, in their hosts' buckets, until each is found; none in
+    /// the usual store, where a task's rows cover its run.
+    async fn windowed_elsewhere(
+        &self,
+        manifest: &Manifest,
+        ds: &mut Dataset,
+        needs: &Needs,
+        (from, to): (i64, i64),
+        cached: bool,
+    ) -> Result<(), Error> {
+        if manifest.rows_of(Table::TaskWindows) == 0 {
+            return Ok(());
+        }
+        let mut wanted = Vec::new();
+        let mut pieces = Vec::new();
+        let mut buckets = std::collections::BTreeSet::new();
+        for (i, t) in ds.tasks.iter().enumerate() {
+            if t.has_windows || !needs.overlaps(t.host, t.launch, t.finish) {
+                continue;
+            }
+            if t.launch < from {
+                pieces.push((t.launch, from));
+            }
+            if t.finish > to {
+                pieces.push((to, t.finish));
+            }
+            if t.launch < from || t.finish > to {
+                wanted.push(i);
+                buckets.insert(culprit_store::layout::host_bucket(ds.hosts.name(t.host)));
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let pieces = merged(&mut pieces);
+        log::info!(
+            "{} tasks beside the explained ones have no window row in the read: looking for \
+             their rows in {} spans outside it",
+            wanted.len(),
+            pieces.len()
+        );
+        let files: Vec<_> = manifest
+            .files_of(Table::TaskWindows)
+            .filter(|f| f.bucket.is_none_or(|b| buckets.contains(&b)))
+            .cloned()
+            .collect();
+        for piece in pieces {
+            let mut rows = self.scan(files.clone(), piece, cached);
+            while let Some(b) = rows.try_next().await? {
+                if ds.mark_windowed(&b) > 0 {
+                    wanted.retain(|&t| !ds.tasks[t].has_windows);
+                    if wanted.is_empty() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `ds` the whole span (first launch, last finish) of every
+    /// query whose span overlaps `region` ([`Dataset::query_spans`]): its
+    /// tasks read are only those in `region` and its slot holders', so
+    /// the span of its tasks in `ds` may start later or end earlier (a
+    /// query with a gap in its run). From the query index; where it does
+    /// not know a query's first launch (files written before it was
+    /// recorded) and the query may have started before `region`, from its
+    /// tasks before `region`.
+    async fn whole_spans(
+        &self,
+        manifest: &Manifest,
+        spans: &Spans,
+        ds: &mut Dataset,
+        (from, to): (i64, i64),
+        cached: bool,
+    ) -> Result<(), Error> {
+        let mut read_first: Vec<Option<i64>> = vec![None; ds.queries.len()];
+        for t in &ds.tasks {
+            let q = &mut read_first[ds.stage_query(t.stage) as usize];
+            *q = Some(q.map_or(t.launch, |l| l.min(t.launch)));
+        }
+        // Queries to look for before `region`: their first launch so far
+        // and their last finish.
+        let mut before: HashMap<u32, (i64, i64)> = HashMap::new();
+        let mut lo = i64::MAX;
+        for (name, s) in spans.iter() {
+            if s.first > to || s.last < from {
+                continue;
+            }
+            let Some(q) = ds.queries.get(name) else {
+                continue;
+            };
+            let read = read_first.get(q as usize).copied().flatten();
+            let first = match s.first_launch {
+                Some(l) => l,
+                // Every task of the query that started by `to` was read.
+                None if s.first >= from => match read {
+                    Some(l) => l,
+                    None => continue,
+                },
+                None => {
+                    before.insert(q, (read.unwrap_or(i64::MAX), s.last));
+                    lo = lo.min(s.first);
+                    continue;
+                }
+            };
+            ds.query_spans.insert(q, (first, s.last));
+        }
+        if before.is_empty() {
+            return Ok(());
+        }
+        for b in self
+            .tasks_overlapping(manifest, (lo, from), Some((from, to)), cached)
+            .await?
+        {
+            let (Some(ids), Some(launch)) = (
+                b.column_by_name("query_id")
+                    .and_then(|c| c.as_string_opt::<i32>()),
+                time(&b, "launch_time"),
+            ) else {
+                continue;
+            };
+            for i in 0..b.num_rows() {
+                if ids.is_null(i) || launch.is_null(i) {
+                    continue;
+                }
+                if let Some(e) = ds
+                    .queries
+                    .get(ids.value(i))
+                    .and_then(|q| before.get_mut(&q))
+                {
+                    e.0 = e.0.min(launch.value(i));
+                }
+            }
+        }
+        for (q, (first, last)) in before {
+            if first != i64::MAX {
+                ds.query_spans.insert(q, (first, last));
+            }
+        }
+        Ok(())
     }
 
     /// The rows of `files` in row groups that may overlap `span`: through

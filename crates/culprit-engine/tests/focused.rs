@@ -457,6 +457,161 @@ async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows
     assert!(err.to_string().contains("shares"), "{err}");
 }
 
+/// Outside the victims' time a focused read sees neither the window rows
+/// of a task that ran across it with a gap in its rows (interchange: rows
+/// may leave gaps), nor the tasks of a query that ran before it: the task
+/// is still known to have windows (its totals are not spread over its run
+/// instead, which would make it slow the victim where its rows say it
+/// did nothing), and the query's span (the naive overlap) is still from
+/// its first launch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
+    let w = outside_workload(1.0);
+    let store = store_of(&w).await;
+    let victims = ["victim".to_string()];
+    // The whole store's answer, checked against the input: `gappy` has no
+    // row while the victim runs, so its CPU slows the victim by nothing;
+    // the naive overlap of `early` is all of the victim's span, 20 s.
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let opts = BlameOptions {
+        victims: Some(victims.to_vec()),
+        ..Default::default()
+    };
+    let want = culprits(&full, &opts);
+    let early = want[&("query".to_string(), "early".to_string())];
+    assert!(early[0] > 0.0, "{want:?}");
+    assert_eq!(early[2], 20.0, "naive overlap of early: {want:?}");
+    // `gappy`'s totals stand for nothing (it has rows): its blame (a slot
+    // of the pool while the victim waited) is the same without them.
+    let without = store_of(&outside_workload(0.0)).await;
+    let without = Engine::new(without).snapshot(true).await.unwrap();
+    let gappy = ("query".to_string(), "gappy".to_string());
+    assert_eq!(want[&gappy], culprits(&without, &opts)[&gappy], "{want:?}");
+    // Each focused read gives the same, and so on a store whose query
+    // index was written before it recorded the first launch.
+    assert!(compare(&store, &victims).await > 0);
+    without_first_launch(&store).await;
+    let manifest = store.manifest().await.unwrap();
+    let spans = store.query_spans(&manifest).await.unwrap();
+    let spans = spans.expect("the index is whole");
+    assert!(
+        spans.values().all(|s| s.first_launch.is_none()),
+        "{spans:?}"
+    );
+    assert!(compare(&store, &victims).await > 0);
+}
+
+/// The workload of `a_focused_analysis_knows_what_lies_outside_the_victims_time`,
+/// its tasks' CPU totals multiplied by `totals`.
+fn outside_workload(totals: f64) -> culprit_sim::Workload {
+    use culprit_core::batches::{TableBuilder, Value as V};
+    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
+    let names = ["victim", "gappy", "early", "holder"];
+    let mut queries = TableBuilder::new(Table::Queries, names.len());
+    let mut stages = TableBuilder::new(Table::Stages, names.len());
+    for q in names {
+        queries.row(&[("query_id", V::S(q))]);
+        stages.row(&[("query_id", V::S(q)), ("stage_id", V::S("0"))]);
+    }
+    // The victim runs on `a` from 20 to 40 s, and on `c` from 20 to 30 s
+    // after waiting from 15 s for `c`'s only slot, which `holder` has
+    // from 10 to 20 s: the read is of 10 to 40 s. `gappy` runs on `a`
+    // from 0 to 60 s, its rows at 0-5 and 55-60 s only, with totals of a
+    // busy task. `early` runs on `b` from 0 to 5 s and on `a` from 30 to
+    // 50 s: its span (0 to 50 s) covers all of the victim's on `a`.
+    let tasks_ = [
+        ("v1", "victim", "a", 20, 20, 40),
+        ("v2", "victim", "c", 15, 20, 30),
+        ("h1", "holder", "c", 10, 10, 20),
+        ("g1", "gappy", "a", 0, 0, 60),
+        ("e1", "early", "b", 0, 0, 5),
+        ("e2", "early", "a", 30, 30, 50),
+    ];
+    let mut tasks = TableBuilder::new(Table::Tasks, tasks_.len());
+    let mut windows = TableBuilder::new(Table::TaskWindows, tasks_.len() + 1);
+    for (id, q, host, ready, launch, finish) in tasks_ {
+        tasks.row(&[
+            ("task_id", V::S(id)),
+            ("query_id", V::S(q)),
+            ("stage_id", V::S("0")),
+            ("host", V::S(host)),
+            ("ready_time", s(ready)),
+            ("launch_time", s(launch)),
+            ("finish_time", s(finish)),
+            ("cpu_seconds", V::F(40.0 * totals)),
+            ("cpu_blocked", V::F(10.0 * totals)),
+        ]);
+        let rows: &[(i64, i64)] = if id == "g1" {
+            &[(0, 5), (55, 60)]
+        } else {
+            &[(launch, finish)]
+        };
+        for &(a, b) in rows {
+            windows.row(&[
+                ("task_id", V::S(id)),
+                ("window_start", s(a)),
+                ("window_end", s(b)),
+                ("resource", V::S("cpu")),
+                ("blocked", V::F(2.0)),
+                ("acquired", V::F((b - a) as f64)),
+            ]);
+        }
+    }
+    let mut hosts = TableBuilder::new(Table::HostWindows, 6);
+    for (host, slots) in [("a", 4.0), ("b", 4.0), ("c", 1.0)] {
+        for (resource, capacity) in [("slots", slots), ("cpu", 2.0)] {
+            hosts.row(&[
+                ("host", V::S(host)),
+                ("resource", V::S(resource)),
+                ("window_start", s(0)),
+                ("window_end", s(100)),
+                ("capacity", V::F(capacity)),
+            ]);
+        }
+    }
+    culprit_sim::Workload {
+        queries: queries.finish(),
+        stages: stages.finish(),
+        tasks: tasks.finish(),
+        task_windows: windows.finish(),
+        host_windows: hosts.finish(),
+        record_lineage: None,
+        partition_latency: None,
+        victim: "victim".into(),
+        culprit: "early".into(),
+        expensive_input: String::new(),
+    }
+}
+
+/// Rewrites the query index of `store` as a culprit wrote it before it
+/// recorded `first_launch`: its files, at their paths, without that column.
+async fn without_first_launch(store: &Store) {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let manifest = store.manifest().await.unwrap();
+    for f in manifest.files_named(culprit_store::layout::QUERY_SPANS) {
+        let rows: Vec<RecordBatch> = store
+            .scan_files(vec![f.clone()], None)
+            .try_collect()
+            .await
+            .unwrap();
+        let old: Vec<usize> = (0..4).collect();
+        let schema = std::sync::Arc::new(rows[0].schema().project(&old).unwrap());
+        assert!(schema.field_with_name("first_launch").is_err());
+        let mut bytes = Vec::new();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
+        for b in &rows {
+            writer.write(&b.project(&old).unwrap()).unwrap();
+        }
+        writer.close().unwrap();
+        store
+            .object_store()
+            .put(&store.path(&f.path), bytes.into())
+            .await
+            .unwrap();
+    }
+}
+
 /// A server's engine (with a read cache) gives the same statement the
 /// same numbers to the last digit, whether the slot holders' shares were
 /// kept before it or not: a call with holders to sweep computes their
@@ -763,4 +918,104 @@ async fn a_read_for_named_victims_is_counted_in_the_memory_budget() {
         "{msg}"
     );
     assert_eq!(small.budget().used(), 0);
+}
+
+/// A read for a victim whose slot holder ran long before it is admitted
+/// with an estimate of the victim's time, then of the holder's time too,
+/// before it reads it: under a budget that holds the first and not the
+/// second, it fails with 53200 instead of reading past the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_for_a_victim_is_admitted_for_its_holders_time_too() {
+    use culprit_core::batches::{TableBuilder, Value as V};
+    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
+    let mut queries = TableBuilder::new(Table::Queries, 2);
+    let mut stages = TableBuilder::new(Table::Stages, 2);
+    for q in ["victim", "holder"] {
+        queries.row(&[("query_id", V::S(q))]);
+        stages.row(&[("query_id", V::S(q)), ("stage_id", V::S("0"))]);
+    }
+    // The holder has 400 tasks on `b` over 1,000 s and holds `a`'s only
+    // slot from 990 s, while the victim waits for it from 995 s.
+    let mut rows: Vec<(String, &str, &str, i64, i64, i64)> = (0..400)
+        .map(|i| (format!("h{i}"), "holder", "b", i * 2, i * 2, i * 2 + 200))
+        .collect();
+    rows.push(("ha".into(), "holder", "a", 990, 990, 1000));
+    rows.push(("v1".into(), "victim", "a", 995, 1000, 1010));
+    let mut tasks = TableBuilder::new(Table::Tasks, rows.len());
+    let mut windows = TableBuilder::new(Table::TaskWindows, rows.len());
+    for (id, q, host, ready, launch, finish) in &rows {
+        tasks.row(&[
+            ("task_id", V::S(id)),
+            ("query_id", V::S(q)),
+            ("stage_id", V::S("0")),
+            ("host", V::S(host)),
+            ("ready_time", s(*ready)),
+            ("launch_time", s(*launch)),
+            ("finish_time", s(*finish)),
+        ]);
+        windows.row(&[
+            ("task_id", V::S(id)),
+            ("window_start", s(*launch)),
+            ("window_end", s(*finish)),
+            ("resource", V::S("cpu")),
+            ("blocked", V::F(1.0)),
+            ("acquired", V::F(1.0)),
+        ]);
+    }
+    let mut hosts = TableBuilder::new(Table::HostWindows, 2);
+    for (host, slots) in [("a", 1.0), ("b", 1000.0)] {
+        hosts.row(&[
+            ("host", V::S(host)),
+            ("resource", V::S("slots")),
+            ("window_start", s(0)),
+            ("window_end", s(2000)),
+            ("capacity", V::F(slots)),
+        ]);
+    }
+    let w = culprit_sim::Workload {
+        queries: queries.finish(),
+        stages: stages.finish(),
+        tasks: tasks.finish(),
+        task_windows: windows.finish(),
+        host_windows: hosts.finish(),
+        record_lineage: None,
+        partition_latency: None,
+        victim: "victim".into(),
+        culprit: "holder".into(),
+        expensive_input: String::new(),
+    };
+    let store = store_of(&w).await;
+    let focus = focus_on(&["victim".to_string()]);
+    let engine = |limit: Option<usize>| {
+        let budget = Budget::new(BudgetOptions {
+            limit,
+            read_cache: Some(0),
+            ..Default::default()
+        });
+        (Engine::with_budget(store.clone(), budget.clone()), budget)
+    };
+    // Unlimited: what the read of the holder's time holds at its peak.
+    let (unlimited, budget) = engine(None);
+    let read = unlimited.focused(&focus).await.unwrap().unwrap();
+    assert!(read.ds.tasks.len() > 400, "the holder's time is read");
+    drop(read);
+    let peak = budget.peak();
+    // A budget of half of it: the victim's time fits (one task of the
+    // holder's 401 overlaps it), the holder's does not.
+    let (limited, budget) = engine(Some(peak / 2));
+    let Err(err) = limited.focused(&focus).await else {
+        panic!("read past the budget: {} of {}", budget.peak(), peak / 2);
+    };
+    assert!(
+        matches!(err, culprit_engine::Error::OutOfMemory(_)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("the read for"), "{err}");
+    assert!(
+        budget.peak() <= peak / 2,
+        "{} of {}",
+        budget.peak(),
+        peak / 2
+    );
+    assert_eq!(budget.used(), 0, "all given back");
 }

@@ -280,12 +280,18 @@ impl Store {
                 continue;
             }
             if removed as u64 != file.rows {
-                let rows = self.scan_files(vec![file.clone()], None).map(move |b| {
-                    let b = b?;
-                    Ok(arrow::compute::filter_record_batch(&b, &keep(&b))?)
+                let schema = crate::layout::query_spans_schema();
+                let rows = self.scan_files(vec![file.clone()], None).map({
+                    let schema = schema.clone();
+                    move |b| {
+                        let b = b?;
+                        // An index file written before a column was added
+                        // gets it empty (unknown), as compaction does.
+                        let b = crate::compact::conform(b, &schema)?;
+                        Ok(arrow::compute::filter_record_batch(&b, &keep(&b))?)
+                    }
                 });
                 let id = batch.id().to_string();
-                let schema = crate::layout::query_spans_schema();
                 let written = batch
                     .write_parquet_stream(index, &schema, rows, None, |part| {
                         paths::query_spans_file(&id, part)

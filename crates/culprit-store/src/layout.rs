@@ -44,8 +44,9 @@ pub fn text_digest(text: &str) -> (u64, u64) {
 }
 
 /// The query index: one row per query and batch, the span of that batch's
-/// tasks of the query (earliest ready or launch time, latest finish) and
-/// how many tasks it wrote. Stored like a table, under this name (not a
+/// tasks of the query (earliest ready or launch time, latest finish), how
+/// many tasks it wrote, and their earliest launch (`first_launch`: absent
+/// in index files written before it, where readers take it as unknown). Stored like a table, under this name (not a
 /// telemetry table: SQL does not show it; users cannot name a table so).
 pub const QUERY_SPANS: &str = "culprit.query_spans";
 
@@ -59,8 +60,9 @@ pub fn query_spans_schema() -> arrow::datatypes::SchemaRef {
             std::sync::Arc::new(Schema::new(vec![
                 Field::new("query_id", DataType::Utf8, false),
                 Field::new("first", ts.clone(), false),
-                Field::new("last", ts, false),
+                Field::new("last", ts.clone(), false),
                 Field::new("tasks", DataType::UInt64, false),
+                Field::new("first_launch", ts, true),
             ]))
         })
         .clone()

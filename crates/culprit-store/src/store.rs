@@ -470,20 +470,20 @@ impl Store {
     }
 
     /// The query index of `manifest` ([`crate::layout::QUERY_SPANS`]): per
-    /// query, the earliest and latest time of its tasks and their number,
-    /// over every batch. `None` when some stored task is not indexed (a
-    /// store written before the index, or rows expired since): then only a
-    /// full read is right.
+    /// query, the earliest and latest time of its tasks, their number and
+    /// their earliest launch, over every batch. `None` when some stored
+    /// task is not indexed (a store written before the index, or rows
+    /// expired since): then only a full read is right.
     pub async fn query_spans(
         &self,
         manifest: &Manifest,
-    ) -> Result<Option<std::collections::HashMap<String, (i64, i64, u64)>>> {
+    ) -> Result<Option<std::collections::HashMap<String, QuerySpan>>> {
         use arrow::array::{Array, AsArray};
         let files: Vec<DataFile> = manifest
             .files_named(crate::layout::QUERY_SPANS)
             .cloned()
             .collect();
-        let mut spans: std::collections::HashMap<String, (i64, i64, u64)> =
+        let mut spans: std::collections::HashMap<String, QuerySpan> =
             std::collections::HashMap::new();
         let mut indexed = 0u64;
         let batches: Vec<RecordBatch> = self.scan_files(files, None).try_collect().await?;
@@ -498,19 +498,23 @@ impl Store {
             ) else {
                 return Ok(None);
             };
+            // Absent in files written before it: unknown for their queries.
+            let launch = time_column(b, "first_launch");
             for i in 0..b.num_rows() {
                 if ids.is_null(i) {
                     continue;
                 }
-                let e = spans.entry(ids.value(i).to_string()).or_insert((
-                    first.value(i),
-                    last.value(i),
-                    0,
-                ));
-                e.0 = e.0.min(first.value(i));
-                e.1 = e.1.max(last.value(i));
-                e.2 += n.value(i);
-                indexed += n.value(i);
+                let row = QuerySpan {
+                    first: first.value(i),
+                    last: last.value(i),
+                    tasks: n.value(i),
+                    first_launch: launch.filter(|l| l.is_valid(i)).map(|l| l.value(i)),
+                };
+                indexed += row.tasks;
+                spans
+                    .entry(ids.value(i).to_string())
+                    .and_modify(|e| e.add(&row))
+                    .or_insert(row);
             }
         }
         Ok((indexed == manifest.rows_of(Table::Tasks)).then_some(spans))
@@ -909,11 +913,40 @@ fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterPro
     props.build()
 }
 
+/// A query's entry in the query index ([`crate::layout::QUERY_SPANS`]),
+/// over the batches that wrote its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuerySpan {
+    /// The earliest ready or launch time of its tasks, µs.
+    pub first: i64,
+    /// The latest finish of its tasks, µs.
+    pub last: i64,
+    /// How many tasks.
+    pub tasks: u64,
+    /// The earliest launch of its tasks, µs; `None` when an index file
+    /// written before it was recorded holds some of them.
+    pub first_launch: Option<i64>,
+}
+
+impl QuerySpan {
+    /// Adds `other`, the same query's entry of another batch.
+    fn add(&mut self, other: &QuerySpan) {
+        self.first = self.first.min(other.first);
+        self.last = self.last.max(other.last);
+        self.tasks += other.tasks;
+        self.first_launch = match (self.first_launch, other.first_launch) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            _ => None,
+        };
+    }
+}
+
 /// The query index rows of these `tasks` rows: per query, the earliest
-/// ready or launch time, the latest finish and the number of tasks.
+/// ready or launch time, the latest finish, the number of tasks and the
+/// earliest launch.
 fn query_spans(tasks: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     use arrow::array::{Array, AsArray, StringArray, TimestampMicrosecondArray, UInt64Array};
-    let mut spans: BTreeMap<String, (i64, i64, u64)> = BTreeMap::new();
+    let mut spans: BTreeMap<String, QuerySpan> = BTreeMap::new();
     for b in tasks {
         let Some(ids) = b
             .column_by_name("query_id")
@@ -935,30 +968,42 @@ fn query_spans(tasks: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
             if let Some(r) = ready.filter(|r| r.is_valid(i)) {
                 first = first.min(r.value(i));
             }
-            let last = finish.value(i);
+            let row = QuerySpan {
+                first,
+                last: finish.value(i),
+                tasks: 1,
+                first_launch: Some(launch.value(i)),
+            };
             // A query's tasks are many: its id is copied once, not a row.
             let id = ids.value(i);
-            let e = match spans.get_mut(id) {
-                Some(e) => e,
-                None => spans.entry(id.to_string()).or_insert((first, last, 0)),
-            };
-            e.0 = e.0.min(first);
-            e.1 = e.1.max(last);
-            e.2 += 1;
+            match spans.get_mut(id) {
+                Some(e) => e.add(&row),
+                None => {
+                    spans.insert(id.to_string(), row);
+                }
+            }
         }
     }
     if spans.is_empty() {
         return Ok(Vec::new());
     }
     let ids = StringArray::from_iter_values(spans.keys());
-    let first = TimestampMicrosecondArray::from_iter_values(spans.values().map(|v| v.0))
-        .with_timezone("UTC");
-    let last = TimestampMicrosecondArray::from_iter_values(spans.values().map(|v| v.1))
-        .with_timezone("UTC");
-    let n = UInt64Array::from_iter_values(spans.values().map(|v| v.2));
+    let times = |f: fn(&QuerySpan) -> Option<i64>| {
+        TimestampMicrosecondArray::from_iter(spans.values().map(f)).with_timezone("UTC")
+    };
+    let first = times(|v| Some(v.first));
+    let last = times(|v| Some(v.last));
+    let launch = times(|v| v.first_launch);
+    let n = UInt64Array::from_iter_values(spans.values().map(|v| v.tasks));
     Ok(vec![RecordBatch::try_new(
         crate::layout::query_spans_schema(),
-        vec![Arc::new(ids), Arc::new(first), Arc::new(last), Arc::new(n)],
+        vec![
+            Arc::new(ids),
+            Arc::new(first),
+            Arc::new(last),
+            Arc::new(n),
+            Arc::new(launch),
+        ],
     )?])
 }
 

@@ -215,6 +215,10 @@ pub struct Dataset {
     /// focused dataset of a server, which then lacks those holders'
     /// neighbourhoods).
     pub shares: Option<std::sync::Arc<super::transitive::HolderShares>>,
+    /// Per query, its first launch and last finish over the whole store,
+    /// for a dataset that holds only part of its tasks (a focused read):
+    /// the naive overlap (section 6) takes them in place of its tasks'.
+    pub query_spans: FxHashMap<u32, (Micros, Micros)>,
 }
 
 pub const N_RES: usize = 6;
@@ -557,6 +561,27 @@ impl Dataset {
         for t in seen {
             self.tasks[t as usize].has_windows = true;
         }
+    }
+
+    /// Marks the tasks with rows in `batch` (`task_windows` rows) as having
+    /// windows, without keeping the rows: a focused read that found none
+    /// of a task's rows where it read learns so that the task has them
+    /// elsewhere (its totals then stand for nothing, as in a whole read).
+    /// Returns how many tasks it marked that were not marked before.
+    pub fn mark_windowed(&mut self, batch: &RecordBatch) -> usize {
+        let mut seen = Vec::new();
+        self.fold_task_windows(batch, &mut |_| 0, &mut |task, _, _| {
+            if seen.last() != Some(&task) {
+                seen.push(task);
+            }
+        });
+        let mut marked = 0;
+        for t in seen {
+            let t = &mut self.tasks[t as usize];
+            marked += usize::from(!t.has_windows);
+            t.has_windows = true;
+        }
+        marked
     }
 
     /// Folds `task_windows` rows into `sink(task, group, row)` without

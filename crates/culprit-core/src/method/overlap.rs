@@ -30,6 +30,12 @@ pub fn naive_series(ds: &Dataset, victims: &[u32], windows: &Windows) -> Vec<Ove
             None => (t.launch, t.finish),
         });
     }
+    // A focused dataset's queries, by their whole span.
+    for (&q, &sp) in &ds.query_spans {
+        if let Some(s) = span.get_mut(q as usize) {
+            *s = Some(sp);
+        }
+    }
     let mut out = vec![Overlaps::default(); windows.len()];
     for &v in victims {
         let Some((vs, ve)) = span[v as usize] else {
