@@ -50,11 +50,14 @@ pub fn print(
 
 /// The summary line of `culprit compact`.
 pub fn compact_summary(r: &culprit_store::CompactReport, took: std::time::Duration) -> String {
-    let removed = if r.removed > 0 {
+    let mut removed = if r.removed > 0 {
         format!("; {} retired files removed", r.removed)
     } else {
         String::new()
     };
+    if r.index_rebuilt {
+        removed.push_str("; query index rebuilt from the tasks");
+    }
     match r.version {
         None => format!("nothing to compact{removed}"),
         Some(v) if r.files_merged() == 0 => format!("store version {v}{removed}"),

@@ -499,6 +499,50 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
         "{spans:?}"
     );
     assert!(compare(&store, &victims).await > 0);
+    // `culprit compact` rebuilds such an index from the stored tasks: each
+    // query's first launch is back, as the input gives it.
+    let report = store
+        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
+        .await
+        .unwrap();
+    assert!(report.index_rebuilt, "{report:?}");
+    assert_eq!(report.merged["culprit.query_spans"], 3, "{report:?}");
+    let manifest = store.manifest().await.unwrap();
+    let rebuilt = store.query_spans(&manifest).await.unwrap().unwrap();
+    let (ids, launch) = (
+        w.tasks
+            .column_by_name("query_id")
+            .unwrap()
+            .as_string::<i32>(),
+        w.tasks
+            .column_by_name("launch_time")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>(),
+    );
+    let mut first: BTreeMap<&str, i64> = BTreeMap::new();
+    for i in 0..ids.len() {
+        let e = first.entry(ids.value(i)).or_insert(i64::MAX);
+        *e = (*e).min(launch.value(i));
+    }
+    assert_eq!(rebuilt.len(), first.len());
+    for (q, l) in first {
+        assert_eq!(rebuilt[q].first_launch, Some(l), "{q}");
+        assert_eq!(
+            (rebuilt[q].first, rebuilt[q].last, rebuilt[q].tasks),
+            (spans[q].first, spans[q].last, spans[q].tasks),
+            "{q}: the rest of the index as it was"
+        );
+    }
+    assert!(compare(&store, &victims).await > 0);
+    // Rebuilt once: the next compaction has nothing of the index to do.
+    let again = store
+        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
+        .await
+        .unwrap();
+    assert!(
+        !again.merged.contains_key("culprit.query_spans"),
+        "{again:?}"
+    );
 }
 
 /// The workload of `a_focused_analysis_knows_what_lies_outside_the_victims_time`,

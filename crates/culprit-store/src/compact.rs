@@ -67,6 +67,9 @@ pub struct CompactReport {
     pub bytes_after: u64,
     /// Retired files removed from the store.
     pub removed: usize,
+    /// Whether the query index was rebuilt from the stored tasks (a store
+    /// written before it, or before it recorded first launches).
+    pub index_rebuilt: bool,
 }
 
 impl CompactReport {
@@ -120,6 +123,21 @@ pub(crate) fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBa
 }
 
 impl Store {
+    /// Whether the query index of `manifest` must be rebuilt from the
+    /// stored tasks for readers to use it whole: it does not add up to the
+    /// stored tasks (a store written before it, or appended to by a culprit
+    /// that did not write it), or lacks a query's first launch (files
+    /// written before it was recorded).
+    async fn index_outdated(&self, manifest: &crate::Manifest) -> Result<bool> {
+        if manifest.rows_of(Table::Tasks) == 0 {
+            return Ok(false);
+        }
+        Ok(match self.query_spans(manifest).await? {
+            Some(spans) => spans.values().any(|s| s.first_launch.is_none()),
+            None => true,
+        })
+    }
+
     /// Merges the small files of every telemetry table (see the module),
     /// calling `progress(done, total)` as groups of files are merged, and
     /// removes the files retired longer than the grace period.
@@ -158,12 +176,21 @@ impl Store {
             .filter(|f| f.bytes < opts.small_bytes)
             .cloned()
             .collect();
-        let index = if index.len() >= opts.min_files.max(2) {
+        // Rebuilt whole from the stored tasks when a reader cannot use it:
+        // a store written before it, or before it recorded first launches
+        // (a store of an older culprit is migrated so).
+        let rebuild = self.index_outdated(&manifest).await?;
+        let index = if rebuild {
+            manifest
+                .files_named(crate::layout::QUERY_SPANS)
+                .cloned()
+                .collect()
+        } else if index.len() >= opts.min_files.max(2) {
             index
         } else {
             Vec::new()
         };
-        if groups.is_empty() && old.is_empty() && index.is_empty() {
+        if groups.is_empty() && old.is_empty() && index.is_empty() && !rebuild {
             return Ok(report);
         }
         let mut batch = self.begin();
@@ -194,15 +221,41 @@ impl Store {
             batch.merged_files(table.name(), files.into_iter().map(|f| f.path).collect());
             progress(i + 1, total);
         }
-        if !index.is_empty() {
+        if rebuild || !index.is_empty() {
+            report.index_rebuilt = rebuild;
             let name = crate::layout::QUERY_SPANS;
             let schema = crate::layout::query_spans_schema();
             report.bytes_before += index.iter().map(|f| f.bytes).sum::<u64>();
             *report.merged.entry(name.to_string()).or_insert(0) += index.len();
-            let rows = self.scan_files(index.clone(), None).map({
-                let schema = schema.clone();
-                move |b| b.and_then(|b| conform(b, &schema))
-            });
+            let rows = if rebuild {
+                let mut spans = crate::store::SpanIndex::default();
+                let columns = ["query_id", "ready_time", "launch_time", "finish_time"];
+                let mut tasks = self.scan_table(&manifest, Table::Tasks, Some(&columns));
+                while let Some(b) = tasks.next().await {
+                    match b {
+                        Ok(b) => spans.add(&b),
+                        Err(e) => {
+                            batch.abort().await;
+                            return Err(e);
+                        }
+                    }
+                }
+                let rows = match spans.finish() {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        batch.abort().await;
+                        return Err(e);
+                    }
+                };
+                futures::stream::iter(rows.into_iter().map(Ok)).boxed()
+            } else {
+                self.scan_files(index.clone(), None)
+                    .map({
+                        let schema = schema.clone();
+                        move |b| b.and_then(|b| conform(b, &schema))
+                    })
+                    .boxed()
+            };
             let id = batch.id().to_string();
             let result = batch
                 .write_parquet_stream(name, &schema, rows, None, |part| {

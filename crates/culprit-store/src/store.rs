@@ -945,19 +945,33 @@ impl QuerySpan {
 /// ready or launch time, the latest finish, the number of tasks and the
 /// earliest launch.
 fn query_spans(tasks: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    use arrow::array::{Array, AsArray, StringArray, TimestampMicrosecondArray, UInt64Array};
-    let mut spans: BTreeMap<String, QuerySpan> = BTreeMap::new();
+    let mut index = SpanIndex::default();
     for b in tasks {
+        index.add(b);
+    }
+    index.finish()
+}
+
+/// The query index of `tasks` rows added batch by batch (one entry per
+/// query, so its memory is the queries', not the tasks').
+#[derive(Debug, Default)]
+pub(crate) struct SpanIndex(BTreeMap<String, QuerySpan>);
+
+impl SpanIndex {
+    /// Adds the tasks of `b` (rows without a query, launch or finish are
+    /// not indexed, as they are not analysed).
+    pub(crate) fn add(&mut self, b: &RecordBatch) {
+        use arrow::array::{Array, AsArray};
         let Some(ids) = b
             .column_by_name("query_id")
             .and_then(|c| c.as_string_opt::<i32>())
         else {
-            continue;
+            return;
         };
         let (Some(launch), Some(finish)) =
             (time_column(b, "launch_time"), time_column(b, "finish_time"))
         else {
-            continue;
+            return;
         };
         let ready = time_column(b, "ready_time");
         for i in 0..b.num_rows() {
@@ -976,35 +990,41 @@ fn query_spans(tasks: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
             };
             // A query's tasks are many: its id is copied once, not a row.
             let id = ids.value(i);
-            match spans.get_mut(id) {
+            match self.0.get_mut(id) {
                 Some(e) => e.add(&row),
                 None => {
-                    spans.insert(id.to_string(), row);
+                    self.0.insert(id.to_string(), row);
                 }
             }
         }
     }
-    if spans.is_empty() {
-        return Ok(Vec::new());
+
+    /// The index rows, in one batch (none for no query).
+    pub(crate) fn finish(self) -> Result<Vec<RecordBatch>> {
+        use arrow::array::{StringArray, TimestampMicrosecondArray, UInt64Array};
+        let spans = self.0;
+        if spans.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = StringArray::from_iter_values(spans.keys());
+        let times = |f: fn(&QuerySpan) -> Option<i64>| {
+            TimestampMicrosecondArray::from_iter(spans.values().map(f)).with_timezone("UTC")
+        };
+        let first = times(|v| Some(v.first));
+        let last = times(|v| Some(v.last));
+        let launch = times(|v| v.first_launch);
+        let n = UInt64Array::from_iter_values(spans.values().map(|v| v.tasks));
+        Ok(vec![RecordBatch::try_new(
+            crate::layout::query_spans_schema(),
+            vec![
+                Arc::new(ids),
+                Arc::new(first),
+                Arc::new(last),
+                Arc::new(n),
+                Arc::new(launch),
+            ],
+        )?])
     }
-    let ids = StringArray::from_iter_values(spans.keys());
-    let times = |f: fn(&QuerySpan) -> Option<i64>| {
-        TimestampMicrosecondArray::from_iter(spans.values().map(f)).with_timezone("UTC")
-    };
-    let first = times(|v| Some(v.first));
-    let last = times(|v| Some(v.last));
-    let launch = times(|v| v.first_launch);
-    let n = UInt64Array::from_iter_values(spans.values().map(|v| v.tasks));
-    Ok(vec![RecordBatch::try_new(
-        crate::layout::query_spans_schema(),
-        vec![
-            Arc::new(ids),
-            Arc::new(first),
-            Arc::new(last),
-            Arc::new(n),
-            Arc::new(launch),
-        ],
-    )?])
 }
 
 /// A change of a user table, applied at commit.
