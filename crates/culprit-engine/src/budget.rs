@@ -10,7 +10,8 @@
 //!   runs;
 //! - what a read for named victims holds and the working memory of its
 //!   analysis (`focus.rs`): admitted as a light query with an estimate
-//!   from the query index before it reads, then counted as it reads, until
+//!   from the query index before it reads, again before it reads the slot
+//!   holders' time ([`Reservation::grow_to`]), then counted as it reads, until
 //!   the analysis and its result are done ([`Snapshot::admitted`]);
 //! - every DataFusion reservation of every session (sorts, joins,
 //!   aggregates, and the results of culprit's table functions until they
@@ -389,7 +390,10 @@ impl Reservation {
 
     /// Grows to `bytes` (if it holds less), as [`Budget::admit`] admits a
     /// light query: failing at once when they are more than the whole
-    /// budget, else waiting up to [`MEMORY_WAIT`] for them.
+    /// budget, taking them at once when they fit, else giving back what it
+    /// holds and waiting up to [`MEMORY_WAIT`] for all of them (so that
+    /// reads waiting to grow never hold the budget from one another; what
+    /// the caller read so far is uncounted while it waits).
     pub async fn grow_to(&mut self, what: &str, bytes: usize) -> Result<(), Error> {
         let Some(more) = bytes.checked_sub(self.bytes).filter(|&m| m > 0) else {
             return Ok(());
@@ -403,8 +407,14 @@ impl Reservation {
                 mib(limit.unwrap_or(usize::MAX))
             )));
         }
-        self.budget.wait_take(what, more, limit).await?;
-        self.bytes += more;
+        if self.budget.take(more, limit).is_ok() {
+            self.bytes += more;
+            return Ok(());
+        }
+        let held = std::mem::take(&mut self.bytes);
+        self.budget.give(held);
+        self.budget.wait_take(what, bytes, limit).await?;
+        self.bytes = bytes;
         Ok(())
     }
 

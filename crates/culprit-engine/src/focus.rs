@@ -25,12 +25,17 @@
 //! kept, and of the host rows those and the slot pools' capacity (see
 //! [`Needs`]): on a wide cluster most of what runs at the victim's time
 //! runs on other hosts. The stages and queries tables (one row per stage
-//! or query, not per task) are read whole.
+//! or query, not per task) are read whole. Two things lie outside `U` and
+//! are looked up: a task beside an explained one with no window row in `U`
+//! may have rows elsewhere (a task's rows may leave gaps), and then its
+//! totals stand for nothing ([`Engine::windowed_elsewhere`]); and a query's
+//! span for the naive overlap is its whole one, from the query index
+//! ([`Engine::whole_spans`]).
 //! On this dataset the method gives the victims exactly the blame it gives
 //! them over the whole store; an unknown victim is refused without reading
 //! any task or window row.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray};
@@ -109,16 +114,11 @@ fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
         })
 }
 
-/// The memory of a read for `victims` and of an analysis over it,
-/// estimated from the query index before it reads: the tasks that ran in
-/// the victims' span (each query overlapping it by the share of its span
-/// that overlaps, its tasks spread evenly), with the store's window rows
-/// per task. What the read holds past it is counted as it reads.
-fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -> usize {
-    let Some((a, b)) = span else {
-        return 0; // no victim has tasks: refused without reading
-    };
-    let tasks: f64 = spans
+/// The tasks that ran in `(a, b)`, estimated from the query index: each
+/// query overlapping it by the share of its span that overlaps, its tasks
+/// spread evenly.
+fn tasks_in(spans: &Spans, (a, b): (i64, i64)) -> f64 {
+    spans
         .values()
         .filter(|s| s.first <= b && a <= s.last)
         .map(|s| {
@@ -126,10 +126,46 @@ fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -
             let overlap = (y.min(b) - x.max(a)).max(0) as f64 + 1.0;
             n as f64 * (overlap / ((y - x).max(0) as f64 + 1.0)).min(1.0)
         })
+        .sum()
+}
+
+/// The store's window rows per task.
+fn rows_per_task(manifest: &Manifest) -> f64 {
+    manifest.rows_of(Table::TaskWindows) as f64 / manifest.rows_of(Table::Tasks).max(1) as f64
+}
+
+/// The memory of a read for `victims` and of an analysis over it,
+/// estimated from the query index before it reads: the tasks that ran in
+/// the victims' span ([`tasks_in`]), with the store's window rows per
+/// task. What the read holds past it is counted as it reads.
+fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -> usize {
+    let Some(span) = span else {
+        return 0; // no victim has tasks: refused without reading
+    };
+    let tasks = tasks_in(spans, span);
+    let rows = (tasks * rows_per_task(manifest)) as usize;
+    rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
+        .saturating_add((tasks as usize).saturating_mul(CACHE_BYTES_PER_TASK))
+}
+
+/// The memory of a read widened to `u` for the slot holders' queries
+/// `explained` (with the victims), estimated as [`read_estimate`]: every
+/// task that ran in `u` is read, but of the window rows only those beside
+/// an explained task are kept, about as many again as the explained
+/// queries' own (as [`VictimGroups::window_rows`] counts a group's).
+fn widened_estimate(
+    manifest: &Manifest,
+    spans: &Spans,
+    u: (i64, i64),
+    explained: &[&str],
+) -> usize {
+    let tasks = tasks_in(spans, u);
+    let own: u64 = explained
+        .iter()
+        .filter_map(|q| spans.get(*q))
+        .map(|s| s.tasks)
         .sum();
-    let per_task =
-        manifest.rows_of(Table::TaskWindows) as f64 / manifest.rows_of(Table::Tasks).max(1) as f64;
-    let rows = (tasks * per_task) as usize;
+    let rows = (2.0 * own as f64 * rows_per_task(manifest)) as usize;
     rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
         .saturating_add((tasks as usize).saturating_mul(CACHE_BYTES_PER_TASK))
 }
@@ -337,8 +373,7 @@ impl Engine {
                 g.push(q.clone());
             }
         }
-        let per_task = manifest.rows_of(Table::TaskWindows) as f64
-            / manifest.rows_of(Table::Tasks).max(1) as f64;
+        let per_task = rows_per_task(&manifest);
         let whole = self.whole_tables(&manifest).await?;
         Ok(Some(VictimGroups {
             whole,
@@ -465,7 +500,11 @@ impl Engine {
                 // of all of it, waited for as the admission waited.
                 if let Some(held) = held.as_deref_mut() {
                     let what = format!("the read for {}", named(victims));
-                    let estimate = read_estimate(&manifest, spans, Some(u));
+                    let mut explained: Vec<&str> = victims.iter().map(|v| v.as_str()).collect();
+                    explained.extend(holders.iter().map(|&s| ds.stage_query_name(s)));
+                    explained.sort_unstable();
+                    explained.dedup();
+                    let estimate = widened_estimate(&manifest, spans, u, &explained);
                     held.grow_to(&what, estimate).await?;
                 }
                 let more = self
@@ -544,8 +583,7 @@ impl Engine {
         if let Some(region) = region {
             self.windowed_elsewhere(&manifest, &mut ds, &needs, region, cached)
                 .await?;
-            self.whole_spans(&manifest, spans, &mut ds, region, cached)
-                .await?;
+            self.whole_spans(&manifest, spans, &mut ds, region).await?;
         }
         let kept: usize = ds.windows.iter().map(|g| g.len()).sum();
         let named = named(victims);
@@ -576,8 +614,10 @@ impl Engine {
     /// spread over their run (method.md section 2) beside an explained
     /// task: a task's rows may leave gaps (interchange), and a whole read
     /// knows the task has rows. Reads only the time of those tasks outside
-    /// `region`, in their hosts' buckets, until each is found; none in
-    /// the usual store, where a task's rows cover its run.
+    /// `region`, in their hosts' buckets, until each is found: nothing in
+    /// the usual store, where a task's rows cover its run; tasks known
+    /// only by their totals (Spark event logs) in a store that also has
+    /// window rows are looked for in their own time on every such read.
     async fn windowed_elsewhere(
         &self,
         manifest: &Manifest,
@@ -589,46 +629,65 @@ impl Engine {
         if manifest.rows_of(Table::TaskWindows) == 0 {
             return Ok(());
         }
-        let mut wanted = Vec::new();
-        let mut pieces = Vec::new();
-        let mut buckets = std::collections::BTreeSet::new();
+        // Per host bucket: the tasks to look for and the times outside
+        // `region` where their rows may lie (a slot wait's rows lie in
+        // `[ready, launch)`).
+        #[derive(Default)]
+        struct Wanted {
+            tasks: Vec<usize>,
+            pieces: Vec<(i64, i64)>,
+        }
+        let mut wanted: BTreeMap<u32, Wanted> = BTreeMap::new();
         for (i, t) in ds.tasks.iter().enumerate() {
-            if t.has_windows || !needs.overlaps(t.host, t.launch, t.finish) {
+            let first = t.ready.map_or(t.launch, |r| r.min(t.launch));
+            if t.has_windows
+                || (first >= from && t.finish <= to)
+                || !needs.overlaps(t.host, first, t.finish)
+            {
                 continue;
             }
-            if t.launch < from {
-                pieces.push((t.launch, from));
+            let bucket = culprit_store::layout::host_bucket(ds.hosts.name(t.host));
+            let w = wanted.entry(bucket).or_default();
+            w.tasks.push(i);
+            if first < from {
+                w.pieces.push((first, from));
             }
             if t.finish > to {
-                pieces.push((to, t.finish));
-            }
-            if t.launch < from || t.finish > to {
-                wanted.push(i);
-                buckets.insert(culprit_store::layout::host_bucket(ds.hosts.name(t.host)));
+                w.pieces.push((to, t.finish));
             }
         }
         if wanted.is_empty() {
             return Ok(());
         }
-        let pieces = merged(&mut pieces);
         log::info!(
             "{} tasks beside the explained ones have no window row in the read: looking for \
-             their rows in {} spans outside it",
-            wanted.len(),
-            pieces.len()
+             their rows outside it in {} host buckets",
+            wanted.values().map(|w| w.tasks.len()).sum::<usize>(),
+            wanted.len()
         );
-        let files: Vec<_> = manifest
-            .files_of(Table::TaskWindows)
-            .filter(|f| f.bucket.is_none_or(|b| buckets.contains(&b)))
-            .cloned()
-            .collect();
-        for piece in pieces {
-            let mut rows = self.scan(files.clone(), piece, cached);
-            while let Some(b) = rows.try_next().await? {
-                if ds.mark_windowed(&b) > 0 {
-                    wanted.retain(|&t| !ds.tasks[t].has_windows);
-                    if wanted.is_empty() {
-                        return Ok(());
+        for (
+            bucket,
+            Wanted {
+                mut tasks,
+                mut pieces,
+            },
+        ) in wanted
+        {
+            // The bucket's files, and those of rows whose bucket was not
+            // known when they were written.
+            let files: Vec<_> = manifest
+                .files_of(Table::TaskWindows)
+                .filter(|f| f.bucket.is_none_or(|b| b == bucket))
+                .cloned()
+                .collect();
+            'pieces: for piece in merged(&mut pieces) {
+                let mut rows = self.scan(files.clone(), piece, cached);
+                while let Some(b) = rows.try_next().await? {
+                    if ds.mark_windowed(&b) > 0 {
+                        tasks.retain(|&t| !ds.tasks[t].has_windows);
+                        if tasks.is_empty() {
+                            break 'pieces;
+                        }
                     }
                 }
             }
@@ -650,7 +709,6 @@ impl Engine {
         spans: &Spans,
         ds: &mut Dataset,
         (from, to): (i64, i64),
-        cached: bool,
     ) -> Result<(), Error> {
         let mut read_first: Vec<Option<i64>> = vec![None; ds.queries.len()];
         for t in &ds.tasks {
@@ -687,10 +745,14 @@ impl Engine {
         if before.is_empty() {
             return Ok(());
         }
-        for b in self
-            .tasks_overlapping(manifest, (lo, from), Some((from, to)), cached)
-            .await?
-        {
+        // Only the columns needed, folded as they stream (uncounted in
+        // the budget: one batch at a time), not through the read cache.
+        let files = manifest.files_of(Table::Tasks).cloned().collect();
+        let columns = ["query_id", "launch_time", "finish_time"];
+        let mut rows = self
+            .store()
+            .scan_overlapping(files, Some(&columns), lo, from);
+        while let Some(b) = rows.try_next().await? {
             let (Some(ids), Some(launch)) = (
                 b.column_by_name("query_id")
                     .and_then(|c| c.as_string_opt::<i32>()),

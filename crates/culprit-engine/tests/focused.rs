@@ -462,8 +462,9 @@ async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows
 /// may leave gaps), nor the tasks of a query that ran before it: the task
 /// is still known to have windows (its totals are not spread over its run
 /// instead, which would make it slow the victim where its rows say it
-/// did nothing), and the query's span (the naive overlap) is still from
-/// its first launch.
+/// did nothing; so too a task whose only row is of its slot wait, before
+/// the read), and the query's span (the naive overlap) is still from its
+/// first launch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
     let w = outside_workload(1.0);
@@ -550,7 +551,7 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
 fn outside_workload(totals: f64) -> culprit_sim::Workload {
     use culprit_core::batches::{TableBuilder, Value as V};
     let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
-    let names = ["victim", "gappy", "early", "holder"];
+    let names = ["victim", "gappy", "early", "holder", "waiter"];
     let mut queries = TableBuilder::new(Table::Queries, names.len());
     let mut stages = TableBuilder::new(Table::Stages, names.len());
     for q in names {
@@ -563,6 +564,8 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
     // from 0 to 60 s, its rows at 0-5 and 55-60 s only, with totals of a
     // busy task. `early` runs on `b` from 0 to 5 s and on `a` from 30 to
     // 50 s: its span (0 to 50 s) covers all of the victim's on `a`.
+    // `waiter` is ready at 0 s and runs on `c` from 12 to 45 s, its only
+    // row that of its slot wait, 0-8 s.
     let tasks_ = [
         ("v1", "victim", "a", 20, 20, 40),
         ("v2", "victim", "c", 15, 20, 30),
@@ -570,6 +573,7 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
         ("g1", "gappy", "a", 0, 0, 60),
         ("e1", "early", "b", 0, 0, 5),
         ("e2", "early", "a", 30, 30, 50),
+        ("w1", "waiter", "c", 0, 12, 45),
     ];
     let mut tasks = TableBuilder::new(Table::Tasks, tasks_.len());
     let mut windows = TableBuilder::new(Table::TaskWindows, tasks_.len() + 1);
@@ -585,17 +589,17 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
             ("cpu_seconds", V::F(40.0 * totals)),
             ("cpu_blocked", V::F(10.0 * totals)),
         ]);
-        let rows: &[(i64, i64)] = if id == "g1" {
-            &[(0, 5), (55, 60)]
-        } else {
-            &[(launch, finish)]
+        let rows: &[(i64, i64, &str)] = match id {
+            "g1" => &[(0, 5, "cpu"), (55, 60, "cpu")],
+            "w1" => &[(0, 8, "slots")],
+            _ => &[(launch, finish, "cpu")],
         };
-        for &(a, b) in rows {
+        for &(a, b, resource) in rows {
             windows.row(&[
                 ("task_id", V::S(id)),
                 ("window_start", s(a)),
                 ("window_end", s(b)),
-                ("resource", V::S("cpu")),
+                ("resource", V::S(resource)),
                 ("blocked", V::F(2.0)),
                 ("acquired", V::F((b - a) as f64)),
             ]);

@@ -46,8 +46,9 @@ pub fn text_digest(text: &str) -> (u64, u64) {
 /// The query index: one row per query and batch, the span of that batch's
 /// tasks of the query (earliest ready or launch time, latest finish), how
 /// many tasks it wrote, and their earliest launch (`first_launch`: absent
-/// in index files written before it, where readers take it as unknown). Stored like a table, under this name (not a
-/// telemetry table: SQL does not show it; users cannot name a table so).
+/// in index files written before it, where readers take it as unknown).
+/// Stored like a table, under this name (not a telemetry table: SQL does
+/// not show it; users cannot name a table so).
 pub const QUERY_SPANS: &str = "culprit.query_spans";
 
 /// The schema of [`QUERY_SPANS`].
