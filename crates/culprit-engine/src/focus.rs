@@ -665,29 +665,58 @@ impl Engine {
             wanted.values().map(|w| w.tasks.len()).sum::<usize>(),
             wanted.len()
         );
-        for (
-            bucket,
-            Wanted {
-                mut tasks,
-                mut pieces,
-            },
-        ) in wanted
-        {
-            // The bucket's files, and those of rows whose bucket was not
-            // known when they were written.
+        // First the files of rows whose bucket was not known when they
+        // were written (older stores), once for every bucket's tasks; then
+        // each bucket's own files for the tasks not found yet.
+        let unbucketed: Vec<_> = manifest
+            .files_of(Table::TaskWindows)
+            .filter(|f| f.bucket.is_none())
+            .cloned()
+            .collect();
+        if !unbucketed.is_empty() {
+            let mut all: Vec<usize> = wanted.values().flat_map(|w| w.tasks.clone()).collect();
+            let mut pieces: Vec<(i64, i64)> =
+                wanted.values().flat_map(|w| w.pieces.clone()).collect();
+            self.mark_in(ds, &unbucketed, &mut pieces, &mut all, cached)
+                .await?;
+        }
+        for (bucket, mut w) in wanted {
+            w.tasks.retain(|&t| !ds.tasks[t].has_windows);
+            if w.tasks.is_empty() {
+                continue;
+            }
             let files: Vec<_> = manifest
                 .files_of(Table::TaskWindows)
-                .filter(|f| f.bucket.is_none_or(|b| b == bucket))
+                .filter(|f| f.bucket == Some(bucket))
                 .cloned()
                 .collect();
-            'pieces: for piece in merged(&mut pieces) {
-                let mut rows = self.scan(files.clone(), piece, cached);
-                while let Some(b) = rows.try_next().await? {
-                    if ds.mark_windowed(&b) > 0 {
-                        tasks.retain(|&t| !ds.tasks[t].has_windows);
-                        if tasks.is_empty() {
-                            break 'pieces;
-                        }
+            self.mark_in(ds, &files, &mut w.pieces, &mut w.tasks, cached)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Marks the tasks with rows in `files` in the times `pieces`
+    /// ([`Dataset::mark_windowed`]), stopping once every task of `tasks`
+    /// is marked.
+    async fn mark_in(
+        &self,
+        ds: &mut Dataset,
+        files: &[culprit_store::DataFile],
+        pieces: &mut [(i64, i64)],
+        tasks: &mut Vec<usize>,
+        cached: bool,
+    ) -> Result<(), Error> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        for piece in merged(pieces) {
+            let mut rows = self.scan(files.to_vec(), piece, cached);
+            while let Some(b) = rows.try_next().await? {
+                if ds.mark_windowed(&b) > 0 {
+                    tasks.retain(|&t| !ds.tasks[t].has_windows);
+                    if tasks.is_empty() {
+                        return Ok(());
                     }
                 }
             }

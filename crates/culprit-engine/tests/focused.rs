@@ -488,9 +488,35 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
     let without = Engine::new(without).snapshot(true).await.unwrap();
     let gappy = ("query".to_string(), "gappy".to_string());
     assert_eq!(want[&gappy], culprits(&without, &opts)[&gappy], "{want:?}");
-    // Each focused read gives the same, and so on a store whose query
-    // index was written before it recorded the first launch.
+    // Each focused read gives the same, and so on a store whose window
+    // rows came before their tasks (files of no host bucket), and on a
+    // store whose query index was written before it recorded the first
+    // launch.
     assert!(compare(&store, &victims).await > 0);
+    let unbucketed = Store::open("memory://").unwrap();
+    for tables in [
+        vec![(Table::TaskWindows, &w.task_windows)],
+        vec![
+            (Table::Queries, &w.queries),
+            (Table::Stages, &w.stages),
+            (Table::Tasks, &w.tasks),
+            (Table::HostWindows, &w.host_windows),
+        ],
+    ] {
+        let mut batch = unbucketed.begin();
+        for (table, rows) in tables {
+            batch
+                .write(table, std::slice::from_ref(rows))
+                .await
+                .unwrap();
+        }
+        batch.commit().await.unwrap();
+    }
+    let manifest = unbucketed.manifest().await.unwrap();
+    assert!(manifest
+        .files_of(Table::TaskWindows)
+        .all(|f| f.bucket.is_none()));
+    assert!(compare(&unbucketed, &victims).await > 0);
     without_first_launch(&store).await;
     let manifest = store.manifest().await.unwrap();
     let spans = store.query_spans(&manifest).await.unwrap();
