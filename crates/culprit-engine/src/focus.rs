@@ -143,9 +143,7 @@ fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -
         return 0; // no victim has tasks: refused without reading
     };
     let tasks = tasks_in(spans, span);
-    let rows = (tasks * rows_per_task(manifest)) as usize;
-    rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
-        .saturating_add((tasks as usize).saturating_mul(CACHE_BYTES_PER_TASK))
+    estimate_bytes((tasks * rows_per_task(manifest)) as usize, tasks as usize)
 }
 
 /// The memory of a read widened to `u` for the slot holders' queries
@@ -165,9 +163,18 @@ fn widened_estimate(
         .filter_map(|q| spans.get(*q))
         .map(|s| s.tasks)
         .sum();
-    let rows = (2.0 * own as f64 * rows_per_task(manifest)) as usize;
+    estimate_bytes(
+        (2.0 * own as f64 * rows_per_task(manifest)) as usize,
+        tasks as usize,
+    )
+}
+
+/// The bytes of `rows` window rows and `tasks` tasks read for named
+/// victims, with the working memory of their analysis (as [`read_bytes`]
+/// counts them once read).
+fn estimate_bytes(rows: usize, tasks: usize) -> usize {
     rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
-        .saturating_add((tasks as usize).saturating_mul(CACHE_BYTES_PER_TASK))
+        .saturating_add(tasks.saturating_mul(CACHE_BYTES_PER_TASK))
 }
 
 /// Counts the dataset read so far in `held`, grown past its estimate if

@@ -17,6 +17,101 @@ fn filter(b: &RecordBatch, keep: impl Fn(usize) -> bool) -> RecordBatch {
     arrow::compute::filter_record_batch(b, &mask).unwrap()
 }
 
+/// A task of a hand-made workload: id, query, host, and its ready, launch
+/// and finish times in seconds.
+type HandTask = (String, &'static str, &'static str, i64, i64, i64);
+
+/// A window row of a hand-made task: start and end in seconds, resource,
+/// blocked seconds, units acquired.
+type HandRow = (i64, i64, &'static str, f64, f64);
+
+/// A hand-made workload whose victim is the query `victim`: `queries` with
+/// one stage `0` each; `tasks`, each with the window rows `rows` gives it
+/// and, if given, CPU totals (seconds, blocked seconds); and capacity rows
+/// `(host, resource, capacity)` from 0 to `until` s.
+fn hand_made(
+    queries: &[&str],
+    tasks: &[HandTask],
+    rows: impl Fn(&HandTask) -> Vec<HandRow>,
+    totals: Option<(f64, f64)>,
+    capacity: &[(&str, &str, f64)],
+    until: i64,
+    culprit: &str,
+) -> culprit_sim::Workload {
+    use culprit_core::batches::{TableBuilder, Value as V};
+    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
+    let mut q = TableBuilder::new(Table::Queries, queries.len());
+    let mut stages = TableBuilder::new(Table::Stages, queries.len());
+    for &name in queries {
+        q.row(&[("query_id", V::S(name))]);
+        stages.row(&[("query_id", V::S(name)), ("stage_id", V::S("0"))]);
+    }
+    let mut t = TableBuilder::new(Table::Tasks, tasks.len());
+    let mut windows = TableBuilder::new(Table::TaskWindows, tasks.len());
+    for task in tasks {
+        let (id, query, host, ready, launch, finish) = task;
+        let mut columns = vec![
+            ("task_id", V::S(id)),
+            ("query_id", V::S(query)),
+            ("stage_id", V::S("0")),
+            ("host", V::S(host)),
+            ("ready_time", s(*ready)),
+            ("launch_time", s(*launch)),
+            ("finish_time", s(*finish)),
+        ];
+        if let Some((cpu, blocked)) = totals {
+            columns.push(("cpu_seconds", V::F(cpu)));
+            columns.push(("cpu_blocked", V::F(blocked)));
+        }
+        t.row(&columns);
+        for (a, b, resource, blocked, acquired) in rows(task) {
+            windows.row(&[
+                ("task_id", V::S(id)),
+                ("window_start", s(a)),
+                ("window_end", s(b)),
+                ("resource", V::S(resource)),
+                ("blocked", V::F(blocked)),
+                ("acquired", V::F(acquired)),
+            ]);
+        }
+    }
+    let mut hosts = TableBuilder::new(Table::HostWindows, capacity.len());
+    for &(host, resource, capacity) in capacity {
+        hosts.row(&[
+            ("host", V::S(host)),
+            ("resource", V::S(resource)),
+            ("window_start", s(0)),
+            ("window_end", s(until)),
+            ("capacity", V::F(capacity)),
+        ]);
+    }
+    culprit_sim::Workload {
+        queries: q.finish(),
+        stages: stages.finish(),
+        tasks: t.finish(),
+        task_windows: windows.finish(),
+        host_windows: hosts.finish(),
+        record_lineage: None,
+        partition_latency: None,
+        victim: "victim".into(),
+        culprit: culprit.into(),
+        expensive_input: String::new(),
+    }
+}
+
+/// Hand-made tasks from `(id, query, host, ready, launch, finish)`.
+fn hand_tasks(tasks: &[(&str, &'static str, &'static str, i64, i64, i64)]) -> Vec<HandTask> {
+    tasks
+        .iter()
+        .map(|&(id, q, host, r, l, f)| (id.to_string(), q, host, r, l, f))
+        .collect()
+}
+
+/// One CPU row over the task's run, 1 s blocked, 1 unit acquired.
+fn one_cpu_row(t: &HandTask) -> Vec<HandRow> {
+    vec![(t.4, t.5, "cpu", 1.0, 1.0)]
+}
+
 /// A store of `w` written in three batches, each query's tasks spread over
 /// all three (so a query's span is the union of three index rows).
 async fn store_of(w: &culprit_sim::Workload) -> Store {
@@ -338,63 +433,27 @@ async fn a_focused_analysis_equals_the_whole_stores_on_plausible_data() {
 /// the window rows there are not needed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows() {
-    use culprit_core::batches::{TableBuilder, Value as V};
-    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
-    let mut queries = TableBuilder::new(Table::Queries, 3);
-    let mut stages = TableBuilder::new(Table::Stages, 3);
-    for q in ["victim", "holder", "other"] {
-        queries.row(&[("query_id", V::S(q))]);
-        stages.row(&[("query_id", V::S(q)), ("stage_id", V::S("0"))]);
-    }
     // The holder runs on `a` from 0 to 50 s; the victim is ready at 10 s
     // and gets `a`'s only slot at 50 s. `other` runs on `b` all along.
-    let mut tasks = TableBuilder::new(Table::Tasks, 3);
-    let mut windows = TableBuilder::new(Table::TaskWindows, 3);
-    for (id, q, host, ready, launch, finish) in [
+    let tasks = hand_tasks(&[
         ("h1", "holder", "a", 0, 0, 50),
         ("v1", "victim", "a", 10, 50, 60),
         ("o1", "other", "b", 0, 0, 100),
-    ] {
-        tasks.row(&[
-            ("task_id", V::S(id)),
-            ("query_id", V::S(q)),
-            ("stage_id", V::S("0")),
-            ("host", V::S(host)),
-            ("ready_time", s(ready)),
-            ("launch_time", s(launch)),
-            ("finish_time", s(finish)),
-        ]);
-        windows.row(&[
-            ("task_id", V::S(id)),
-            ("window_start", s(launch)),
-            ("window_end", s(finish)),
-            ("resource", V::S("cpu")),
-            ("blocked", V::F(1.0)),
-            ("acquired", V::F(1.0)),
-        ]);
-    }
-    let mut hosts = TableBuilder::new(Table::HostWindows, 3);
-    for (host, slots) in [("a", 1.0), ("b", 2.0), ("c", 2.0)] {
-        hosts.row(&[
-            ("host", V::S(host)),
-            ("resource", V::S("slots")),
-            ("window_start", s(0)),
-            ("window_end", s(100)),
-            ("capacity", V::F(slots)),
-        ]);
-    }
-    let w = culprit_sim::Workload {
-        queries: queries.finish(),
-        stages: stages.finish(),
-        tasks: tasks.finish(),
-        task_windows: windows.finish(),
-        host_windows: hosts.finish(),
-        record_lineage: None,
-        partition_latency: None,
-        victim: "victim".into(),
-        culprit: "holder".into(),
-        expensive_input: String::new(),
-    };
+    ]);
+    let slots = [
+        ("a", "slots", 1.0),
+        ("b", "slots", 2.0),
+        ("c", "slots", 2.0),
+    ];
+    let w = hand_made(
+        &["victim", "holder", "other"],
+        &tasks,
+        one_cpu_row,
+        None,
+        &slots,
+        100,
+        "holder",
+    );
     let store = store_of(&w).await;
     let victims = ["victim".to_string()];
     assert!(compare(&store, &victims).await > 0);
@@ -566,6 +625,7 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
         .compact(&culprit_store::CompactOptions::default(), |_, _| {})
         .await
         .unwrap();
+    assert!(!again.index_rebuilt, "{again:?}");
     assert!(
         !again.merged.contains_key("culprit.query_spans"),
         "{again:?}"
@@ -575,15 +635,6 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
 /// The workload of `a_focused_analysis_knows_what_lies_outside_the_victims_time`,
 /// its tasks' CPU totals multiplied by `totals`.
 fn outside_workload(totals: f64) -> culprit_sim::Workload {
-    use culprit_core::batches::{TableBuilder, Value as V};
-    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
-    let names = ["victim", "gappy", "early", "holder", "waiter"];
-    let mut queries = TableBuilder::new(Table::Queries, names.len());
-    let mut stages = TableBuilder::new(Table::Stages, names.len());
-    for q in names {
-        queries.row(&[("query_id", V::S(q))]);
-        stages.row(&[("query_id", V::S(q)), ("stage_id", V::S("0"))]);
-    }
     // The victim runs on `a` from 20 to 40 s, and on `c` from 20 to 30 s
     // after waiting from 15 s for `c`'s only slot, which `holder` has
     // from 10 to 20 s: the read is of 10 to 40 s. `gappy` runs on `a`
@@ -592,7 +643,7 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
     // 50 s: its span (0 to 50 s) covers all of the victim's on `a`.
     // `waiter` is ready at 0 s and runs on `c` from 12 to 45 s, its only
     // row that of its slot wait, 0-8 s.
-    let tasks_ = [
+    let tasks = hand_tasks(&[
         ("v1", "victim", "a", 20, 20, 40),
         ("v2", "victim", "c", 15, 20, 30),
         ("h1", "holder", "c", 10, 10, 20),
@@ -600,61 +651,32 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
         ("e1", "early", "b", 0, 0, 5),
         ("e2", "early", "a", 30, 30, 50),
         ("w1", "waiter", "c", 0, 12, 45),
-    ];
-    let mut tasks = TableBuilder::new(Table::Tasks, tasks_.len());
-    let mut windows = TableBuilder::new(Table::TaskWindows, tasks_.len() + 1);
-    for (id, q, host, ready, launch, finish) in tasks_ {
-        tasks.row(&[
-            ("task_id", V::S(id)),
-            ("query_id", V::S(q)),
-            ("stage_id", V::S("0")),
-            ("host", V::S(host)),
-            ("ready_time", s(ready)),
-            ("launch_time", s(launch)),
-            ("finish_time", s(finish)),
-            ("cpu_seconds", V::F(40.0 * totals)),
-            ("cpu_blocked", V::F(10.0 * totals)),
-        ]);
-        let rows: &[(i64, i64, &str)] = match id {
+    ]);
+    let rows = |t: &HandTask| -> Vec<HandRow> {
+        let spans: &[(i64, i64, &'static str)] = match t.0.as_str() {
             "g1" => &[(0, 5, "cpu"), (55, 60, "cpu")],
             "w1" => &[(0, 8, "slots")],
-            _ => &[(launch, finish, "cpu")],
+            _ => &[(t.4, t.5, "cpu")],
         };
-        for &(a, b, resource) in rows {
-            windows.row(&[
-                ("task_id", V::S(id)),
-                ("window_start", s(a)),
-                ("window_end", s(b)),
-                ("resource", V::S(resource)),
-                ("blocked", V::F(2.0)),
-                ("acquired", V::F((b - a) as f64)),
-            ]);
-        }
-    }
-    let mut hosts = TableBuilder::new(Table::HostWindows, 6);
+        spans
+            .iter()
+            .map(|&(a, b, resource)| (a, b, resource, 2.0, (b - a) as f64))
+            .collect()
+    };
+    let mut capacity = Vec::new();
     for (host, slots) in [("a", 4.0), ("b", 4.0), ("c", 1.0)] {
-        for (resource, capacity) in [("slots", slots), ("cpu", 2.0)] {
-            hosts.row(&[
-                ("host", V::S(host)),
-                ("resource", V::S(resource)),
-                ("window_start", s(0)),
-                ("window_end", s(100)),
-                ("capacity", V::F(capacity)),
-            ]);
-        }
+        capacity.push((host, "slots", slots));
+        capacity.push((host, "cpu", 2.0));
     }
-    culprit_sim::Workload {
-        queries: queries.finish(),
-        stages: stages.finish(),
-        tasks: tasks.finish(),
-        task_windows: windows.finish(),
-        host_windows: hosts.finish(),
-        record_lineage: None,
-        partition_latency: None,
-        victim: "victim".into(),
-        culprit: "early".into(),
-        expensive_input: String::new(),
-    }
+    hand_made(
+        &["victim", "gappy", "early", "holder", "waiter"],
+        &tasks,
+        rows,
+        Some((40.0 * totals, 10.0 * totals)),
+        &capacity,
+        100,
+        "early",
+    )
 }
 
 /// Rewrites the query index of `store` as a culprit wrote it before it
@@ -1000,64 +1022,25 @@ async fn a_read_for_named_victims_is_counted_in_the_memory_budget() {
 /// second, it fails with 53200 instead of reading past the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_for_a_victim_is_admitted_for_its_holders_time_too() {
-    use culprit_core::batches::{TableBuilder, Value as V};
-    let s = |x: i64| V::T(1_767_225_600_000_000 + x * 1_000_000);
-    let mut queries = TableBuilder::new(Table::Queries, 2);
-    let mut stages = TableBuilder::new(Table::Stages, 2);
-    for q in ["victim", "holder"] {
-        queries.row(&[("query_id", V::S(q))]);
-        stages.row(&[("query_id", V::S(q)), ("stage_id", V::S("0"))]);
-    }
     // The holder has 400 tasks on `b` over 1,000 s and holds `a`'s only
     // slot from 990 s, while the victim waits for it from 995 s.
-    let mut rows: Vec<(String, &str, &str, i64, i64, i64)> = (0..400)
+    let mut tasks: Vec<HandTask> = (0..400)
         .map(|i| (format!("h{i}"), "holder", "b", i * 2, i * 2, i * 2 + 200))
         .collect();
-    rows.push(("ha".into(), "holder", "a", 990, 990, 1000));
-    rows.push(("v1".into(), "victim", "a", 995, 1000, 1010));
-    let mut tasks = TableBuilder::new(Table::Tasks, rows.len());
-    let mut windows = TableBuilder::new(Table::TaskWindows, rows.len());
-    for (id, q, host, ready, launch, finish) in &rows {
-        tasks.row(&[
-            ("task_id", V::S(id)),
-            ("query_id", V::S(q)),
-            ("stage_id", V::S("0")),
-            ("host", V::S(host)),
-            ("ready_time", s(*ready)),
-            ("launch_time", s(*launch)),
-            ("finish_time", s(*finish)),
-        ]);
-        windows.row(&[
-            ("task_id", V::S(id)),
-            ("window_start", s(*launch)),
-            ("window_end", s(*finish)),
-            ("resource", V::S("cpu")),
-            ("blocked", V::F(1.0)),
-            ("acquired", V::F(1.0)),
-        ]);
-    }
-    let mut hosts = TableBuilder::new(Table::HostWindows, 2);
-    for (host, slots) in [("a", 1.0), ("b", 1000.0)] {
-        hosts.row(&[
-            ("host", V::S(host)),
-            ("resource", V::S("slots")),
-            ("window_start", s(0)),
-            ("window_end", s(2000)),
-            ("capacity", V::F(slots)),
-        ]);
-    }
-    let w = culprit_sim::Workload {
-        queries: queries.finish(),
-        stages: stages.finish(),
-        tasks: tasks.finish(),
-        task_windows: windows.finish(),
-        host_windows: hosts.finish(),
-        record_lineage: None,
-        partition_latency: None,
-        victim: "victim".into(),
-        culprit: "holder".into(),
-        expensive_input: String::new(),
-    };
+    tasks.extend(hand_tasks(&[
+        ("ha", "holder", "a", 990, 990, 1000),
+        ("v1", "victim", "a", 995, 1000, 1010),
+    ]));
+    let slots = [("a", "slots", 1.0), ("b", "slots", 1000.0)];
+    let w = hand_made(
+        &["victim", "holder"],
+        &tasks,
+        one_cpu_row,
+        None,
+        &slots,
+        2000,
+        "holder",
+    );
     let store = store_of(&w).await;
     let focus = focus_on(&["victim".to_string()]);
     let engine = |limit: Option<usize>| {
