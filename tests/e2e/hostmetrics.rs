@@ -792,23 +792,38 @@ async fn prometheus_names_the_cpu_hog_external() {
     assert!(by_resource
         .get(&("cpu".into(), "external".into()))
         .is_some_and(|s| *s > 0.5));
-    // The writer is most of what the victim's disk writes waited for: its
-    // rate is many times the tasks' (1 MiB every few tens of ms each).
+    // The writer is the largest of what the victim's disk writes waited
+    // for: it writes without pause (4 MiB rounds, fsynced), many times
+    // each task's bytes. How large its share is depends on the disk (on
+    // one CI machine the workload's own writes were 37% of the bytes and
+    // the writer's share of the blame 45%), so the test asks for the
+    // largest culprit and a share of at least half its share of the bytes.
     let victim_disk: f64 = tasks
         .iter()
         .filter(|t| t.query == "q-victim")
         .map(|t| t.disk_write_blocked)
         .sum();
-    let disk_external = by_resource
-        .get(&("disk_write".into(), "external".into()))
-        .copied()
-        .unwrap_or(0.0);
+    let disk_of = |name: &str| {
+        by_resource
+            .get(&("disk_write".to_string(), name.to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let disk_external = disk_of("external");
+    let writer_share = (measured_written - workload_written) / measured_written;
     eprintln!(
         "writer {rounds} rounds ({writer_bytes} bytes); measured {measured_written} bytes written, workload {workload_written}; disk_write external {disk_external:.3} s of the victim's {victim_disk:.3} s"
     );
+    let largest_other = by_resource
+        .iter()
+        .filter(|((r, name), _)| r == "disk_write" && name != "external")
+        .map(|(_, s)| *s)
+        .fold(0.0, f64::max);
     assert!(
-        victim_disk > 0.01 && disk_external >= 0.5 * victim_disk,
-        "disk_write external {disk_external} of {victim_disk} blocked s: {by_resource:?}"
+        victim_disk > 0.01
+            && disk_external > largest_other
+            && disk_external >= 0.5 * writer_share * victim_disk,
+        "disk_write external {disk_external} of {victim_disk} blocked s (writer's share of the bytes {writer_share:.2}): {by_resource:?}"
     );
     // Conservation: the blame adds up to the victim's blocked seconds.
     let blocked: f64 = tasks
