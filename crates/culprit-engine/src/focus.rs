@@ -646,10 +646,14 @@ impl Engine {
         }
         let mut wanted: BTreeMap<u32, Wanted> = BTreeMap::new();
         for (i, t) in ds.tasks.iter().enumerate() {
+            // Its totals would stand for rows from launch to finish
+            // (`Dataset::synthesize`): only where those overlap an
+            // explained task do they change an answer. A task waiting for
+            // a slot beside one, launched after it, is not looked up.
             let first = t.ready.map_or(t.launch, |r| r.min(t.launch));
             if t.has_windows
                 || (first >= from && t.finish <= to)
-                || !needs.overlaps(t.host, first, t.finish)
+                || !needs.overlaps(t.host, t.launch, t.finish)
             {
                 continue;
             }

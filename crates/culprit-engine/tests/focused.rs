@@ -642,7 +642,10 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
     // busy task. `early` runs on `b` from 0 to 5 s and on `a` from 30 to
     // 50 s: its span (0 to 50 s) covers all of the victim's on `a`.
     // `waiter` is ready at 0 s and runs on `c` from 12 to 45 s, its only
-    // row that of its slot wait, 0-8 s.
+    // row that of its slot wait, 0-8 s. `late` is ready at 25 s beside the
+    // victim on `a` but runs from 45 to 55 s, after the read, its rows
+    // there: it is not looked for (its totals would stand for rows from
+    // its launch, after the victim's), and the answer is the same.
     let tasks = hand_tasks(&[
         ("v1", "victim", "a", 20, 20, 40),
         ("v2", "victim", "c", 15, 20, 30),
@@ -651,6 +654,7 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
         ("e1", "early", "b", 0, 0, 5),
         ("e2", "early", "a", 30, 30, 50),
         ("w1", "waiter", "c", 0, 12, 45),
+        ("l1", "late", "a", 25, 45, 55),
     ]);
     let rows = |t: &HandTask| -> Vec<HandRow> {
         let spans: &[(i64, i64, &'static str)] = match t.0.as_str() {
@@ -669,7 +673,7 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
         capacity.push((host, "cpu", 2.0));
     }
     hand_made(
-        &["victim", "gappy", "early", "holder", "waiter"],
+        &["victim", "gappy", "early", "holder", "waiter", "late"],
         &tasks,
         rows,
         Some((40.0 * totals, 10.0 * totals)),

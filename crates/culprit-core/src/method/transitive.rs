@@ -154,15 +154,23 @@ impl Rho {
         w: u32,
     ) -> Rho {
         let mut rho: FxHashMap<u32, Vec<(Culprit, f64)>> = FxHashMap::default();
+        // Where each (holder, culprit) is in its holder's list: a holder of
+        // a wide cluster has thousands of culprits. The list keeps the
+        // order in which they first came, so the sums below add the same
+        // terms in the same order.
+        let mut at: FxHashMap<(u32, Culprit), usize> = FxHashMap::default();
         for e in entries
             .into_iter()
             .filter(|e| e.resource != Resource::Slots)
         {
             let v = rho.entry(e.stage).or_default();
             let c = e.culprit();
-            match v.iter_mut().find(|(x, _)| *x == c) {
-                Some((_, x)) => *x += e.seconds,
-                None => v.push((c, e.seconds)),
+            match at.entry((e.stage, c)) {
+                std::collections::hash_map::Entry::Occupied(i) => v[*i.get()].1 += e.seconds,
+                std::collections::hash_map::Entry::Vacant(i) => {
+                    i.insert(v.len());
+                    v.push((c, e.seconds));
+                }
             }
         }
         for (cs, v) in rho.iter_mut() {
