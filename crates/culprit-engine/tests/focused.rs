@@ -637,15 +637,19 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
 fn outside_workload(totals: f64) -> culprit_sim::Workload {
     // The victim runs on `a` from 20 to 40 s, and on `c` from 20 to 30 s
     // after waiting from 15 s for `c`'s only slot, which `holder` has
-    // from 10 to 20 s: the read is of 10 to 40 s. `gappy` runs on `a`
+    // from 10 to 20 s: its time is 15 to 40 s, the read of `slots=direct`
+    // and of a server's later calls (the holders' shares kept); a first
+    // transitive read widens to its slot holders' queries (`holder`,
+    // `gappy`, `waiter`: 0 to 60 s). `gappy` runs on `a`
     // from 0 to 60 s, its rows at 0-5 and 55-60 s only, with totals of a
     // busy task. `early` runs on `b` from 0 to 5 s and on `a` from 30 to
     // 50 s: its span (0 to 50 s) covers all of the victim's on `a`.
     // `waiter` is ready at 0 s and runs on `c` from 12 to 45 s, its only
     // row that of its slot wait, 0-8 s. `late` is ready at 25 s beside the
-    // victim on `a` but runs from 45 to 55 s, after the read, its rows
-    // there: it is not looked for (its totals would stand for rows from
-    // its launch, after the victim's), and the answer is the same.
+    // victim on `a` but runs from 45 to 55 s, its rows there: after the
+    // victim's time, so a read of that time does not look for them (its
+    // totals would stand for rows from its launch, after the victim's),
+    // and the answer is the same.
     let tasks = hand_tasks(&[
         ("v1", "victim", "a", 20, 20, 40),
         ("v2", "victim", "c", 15, 20, 30),
