@@ -308,17 +308,7 @@ impl Budget {
             })
         };
         let cap = if heavy { self.heavy_cap() } else { inner.limit };
-        if let Some(cap) = cap {
-            if estimate > cap {
-                return Err(Error::OutOfMemory(format!(
-                    "{what} needs about {}, more than {} of the memory budget of {} \
-                     may hold; raise --memory-budget-mb",
-                    mib(estimate),
-                    if heavy { "a heavy analysis" } else { "a query" },
-                    mib(inner.limit.unwrap_or(usize::MAX))
-                )));
-            }
-        }
+        self.fits(what, estimate, cap, heavy)?;
         self.wait_take(what, estimate, cap).await?;
         Ok(Admission {
             _permit: permit,
@@ -327,6 +317,21 @@ impl Budget {
                 bytes: estimate,
             },
         })
+    }
+
+    /// Refuses at once `bytes` more than `cap`, what one query (or one
+    /// heavy analysis) may hold of the budget.
+    fn fits(&self, what: &str, bytes: usize, cap: Option<usize>, heavy: bool) -> Result<(), Error> {
+        match cap {
+            Some(cap) if bytes > cap => Err(Error::OutOfMemory(format!(
+                "{what} needs about {}, more than {} of the memory budget of {} \
+                 may hold; raise --memory-budget-mb",
+                mib(bytes),
+                if heavy { "a heavy analysis" } else { "a query" },
+                mib(self.inner.limit.unwrap_or(usize::MAX))
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Takes `bytes` of the budget under `cap`, waiting up to
@@ -399,14 +404,7 @@ impl Reservation {
             return Ok(());
         };
         let limit = self.budget.inner.limit;
-        if limit.is_some_and(|l| bytes > l) {
-            return Err(Error::OutOfMemory(format!(
-                "{what} needs about {}, more than a query of the memory budget of {} may \
-                 hold; raise --memory-budget-mb",
-                mib(bytes),
-                mib(limit.unwrap_or(usize::MAX))
-            )));
-        }
+        self.budget.fits(what, bytes, limit, false)?;
         if self.budget.take(more, limit).is_ok() {
             self.bytes += more;
             return Ok(());

@@ -587,10 +587,13 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
     assert!(compare(&store, &victims).await > 0);
     // `culprit compact` rebuilds such an index from the stored tasks: each
     // query's first launch is back, as the input gives it.
-    let report = store
-        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
-        .await
-        .unwrap();
+    let compact = || async {
+        store
+            .compact(&culprit_store::CompactOptions::default(), |_, _| {})
+            .await
+            .unwrap()
+    };
+    let report = compact().await;
     assert!(report.index_rebuilt, "{report:?}");
     assert_eq!(report.merged["culprit.query_spans"], 3, "{report:?}");
     let manifest = store.manifest().await.unwrap();
@@ -621,10 +624,7 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
     }
     assert!(compare(&store, &victims).await > 0);
     // Rebuilt once: the next compaction has nothing of the index to do.
-    let again = store
-        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
-        .await
-        .unwrap();
+    let again = compact().await;
     assert!(!again.index_rebuilt, "{again:?}");
     assert!(
         !again.merged.contains_key("culprit.query_spans"),
