@@ -113,8 +113,8 @@ async fn compaction_keeps_every_row_and_answer() {
         .await
         .unwrap()
         .files
-        .into_iter()
-        .map(|f| f.path)
+        .iter()
+        .map(|f| f.path.clone())
         .collect();
     let out = run_ok(&["compact", "--store", &store]);
     assert!(out.contains("merged"), "{out}");

@@ -182,7 +182,7 @@ async fn sources_are_known_by_size_then_digest() {
     let report = ingest_paths(&fresh, &[&tasks_file], IngestOptions::default()).await;
     assert_eq!((report.files, report.duplicate_files), (1, 0));
     assert_eq!(report.already_stored as u64, tasks);
-    let sources = fresh.manifest().await.unwrap().sources;
+    let sources = fresh.manifest().await.unwrap().sources.clone();
     assert_eq!(sources.len(), 2);
     assert_ne!(sources[0].key, sources[1].key);
     assert_eq!(sources[0].size, sources[1].size);

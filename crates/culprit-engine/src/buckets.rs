@@ -39,7 +39,7 @@ pub struct StoreBuckets {
 }
 
 impl StoreBuckets {
-    pub fn new(store: Store, manifest: Manifest, ds: &Dataset, buckets: usize) -> StoreBuckets {
+    pub fn new(store: Store, manifest: &Manifest, ds: &Dataset, buckets: usize) -> StoreBuckets {
         let mut files = vec![Vec::new(); buckets];
         let mut loose = Vec::new();
         for f in manifest.files_of(Table::TaskWindows) {

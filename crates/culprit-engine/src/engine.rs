@@ -54,7 +54,7 @@ pub struct Snapshot {
     /// The store and the manifest the dataset was read from, for the
     /// analyses that read a table the dataset does not hold (record
     /// lineage, task attributes) at this same version.
-    pub(crate) source: Arc<(Store, Manifest)>,
+    pub(crate) source: Arc<(Store, Arc<Manifest>)>,
     /// The engine's [`Sweeper`], on a snapshot whose window rows are in
     /// the store (`shards.rs`).
     pub(crate) sweeper: Option<Arc<dyn Sweeper>>,
@@ -223,12 +223,12 @@ impl Engine {
     /// The snapshot of `manifest`: its window rows in memory if `whole`,
     /// else read from the store bucket by bucket (by the engine's
     /// [`Sweeper`] when it has one); counted in the budget as the cache.
-    async fn load(&self, manifest: Manifest, whole: bool) -> Result<Snapshot, Error> {
+    async fn load(&self, manifest: Arc<Manifest>, whole: bool) -> Result<Snapshot, Error> {
         let ds = Arc::new(self.read(&manifest, whole).await?);
         let buckets = (!whole).then(|| {
             Arc::new(StoreBuckets::new(
                 self.store.clone(),
-                manifest.clone(),
+                &manifest,
                 &ds,
                 HOST_BUCKETS as usize,
             ))

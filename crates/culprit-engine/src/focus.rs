@@ -220,7 +220,7 @@ pub(crate) struct WholeTables {
 /// time ([`Engine::victim_groups`]).
 #[derive(Debug, Clone)]
 pub struct VictimGroups {
-    manifest: Manifest,
+    manifest: Arc<Manifest>,
     spans: Arc<Spans>,
     /// Stages and queries, read once for every group.
     whole: Arc<WholeTables>,
@@ -437,7 +437,7 @@ impl Engine {
 
     async fn focused_at(
         &self,
-        manifest: Manifest,
+        manifest: Arc<Manifest>,
         spans: &Spans,
         whole: &WholeTables,
         focus: &Focus,
