@@ -415,6 +415,25 @@ async fn a_focused_analysis_equals_the_whole_stores_on_plausible_data() {
         one.ds.tasks.len(),
         whole.ds.tasks.len()
     );
+    // Of the stages and queries tables, only the rows of the victim's
+    // query and of queries with a task read, not every stage of the store.
+    let read: std::collections::HashSet<u32> = one
+        .ds
+        .tasks
+        .iter()
+        .map(|t| one.ds.stage_query(t.stage))
+        .collect();
+    assert!(one
+        .ds
+        .stages
+        .iter()
+        .all(|s| read.contains(&s.query) || one.ds.queries.name(s.query) == victims[2]));
+    assert!(
+        one.ds.stages.len() * 3 < whole.ds.stages.len(),
+        "focused {} stages of {}",
+        one.ds.stages.len(),
+        whole.ds.stages.len()
+    );
     // Of the rows in the victim's time, those on other hosts than the
     // explained tasks' are not kept.
     let direct = Focus {
