@@ -26,8 +26,9 @@
 //! [`Needs`]): on a wide cluster most of what runs at the victim's time
 //! runs on other hosts. The stages and queries tables (one row per stage
 //! or query, not per task) are read whole (once per manifest version), and
-//! of them only the rows of the victims' queries and of the queries with a
-//! task read are added ([`of_named_queries`]): no other can be in an answer. Two things lie outside `U` and
+//! of them only the rows of the queries an answer can name are added (the
+//! victims', those with a task read, those whose span overlaps the read:
+//! [`of_named_queries`]). Two things lie outside `U` and
 //! are looked up: a task beside an explained one with no window row in `U`
 //! may have rows elsewhere (a task's rows may leave gaps), and then its
 //! totals stand for nothing ([`Engine::windowed_elsewhere`]); and a query's
@@ -532,19 +533,29 @@ impl Engine {
         }
         let needs = Needs::of(&ds, &explained);
         // Of the stages and queries tables (read whole, cached), the rows
-        // of the victims' queries and of those with a task read: no other
-        // can appear in the answer, and adding every stage and query of
-        // the store cost each analysis its names' interning (10,000 stages
-        // at 1e7 tasks against 1,000 at 1e6).
-        for b in &whole.stages {
-            if let Some(b) = of_named_queries(b, &ds, victims)? {
-                ds.add_stages(&b);
-            }
+        // of the queries an answer can name: the victims', those with a
+        // task read, and those whose span overlaps the read (the naive
+        // overlap names them, `whole_spans`). Adding every stage and query
+        // of the store cost each analysis its names' interning (10,000
+        // stages at 1e7 tasks against 1,000 at 1e6).
+        let victim_names: std::collections::HashSet<&str> =
+            victims.iter().map(String::as_str).collect();
+        let can_name = |q: &str| {
+            ds.queries.get(q).is_some()
+                || victim_names.contains(q)
+                || region.is_some_and(|(from, to)| {
+                    spans
+                        .get(q)
+                        .is_some_and(|s| s.first <= to && s.last >= from)
+                })
+        };
+        let stages = of_named_queries(&whole.stages, &can_name)?;
+        let queries = of_named_queries(&whole.queries, &can_name)?;
+        for b in &stages {
+            ds.add_stages(b);
         }
-        for b in &whole.queries {
-            if let Some(b) = of_named_queries(b, &ds, victims)? {
-                ds.add_queries(&b);
-            }
+        for b in &queries {
+            ds.add_queries(b);
         }
         if keeps && focus.holders {
             // The kept shares in this dataset's numbers, the stages whose
@@ -924,30 +935,27 @@ fn keep(
     filtered(b, &mask, "rows by time")
 }
 
-/// The rows of a stages or queries batch `b` of a victim's query or of a
-/// query `ds` holds a task of (rows without a query too: the dataset skips
-/// them as before).
+/// The rows of stages or queries batches whose query is `named` (rows
+/// without a query too: the dataset skips them as before).
 fn of_named_queries(
-    b: &RecordBatch,
-    ds: &Dataset,
-    victims: &[String],
-) -> Result<Option<RecordBatch>, Error> {
-    let Some(q) = b
-        .column_by_name("query_id")
-        .and_then(|c| c.as_string_opt::<i32>())
-    else {
-        return Ok(Some(b.clone()));
-    };
-    let mask: BooleanArray = (0..b.num_rows())
-        .map(|i| {
-            Some(
-                q.is_null(i)
-                    || ds.queries.get(q.value(i)).is_some()
-                    || victims.iter().any(|v| v == q.value(i)),
-            )
-        })
-        .collect();
-    filtered(b, &mask, "stages and queries")
+    batches: &[RecordBatch],
+    named: &dyn Fn(&str) -> bool,
+) -> Result<Vec<RecordBatch>, Error> {
+    let mut out = Vec::new();
+    for b in batches {
+        let Some(q) = b
+            .column_by_name("query_id")
+            .and_then(|c| c.as_string_opt::<i32>())
+        else {
+            out.push(b.clone());
+            continue;
+        };
+        let mask: BooleanArray = (0..b.num_rows())
+            .map(|i| Some(q.is_null(i) || named(q.value(i))))
+            .collect();
+        out.extend(filtered(b, &mask, "stages and queries")?);
+    }
+    Ok(out)
 }
 
 /// The rows of `b` that `mask` keeps; `None` if it keeps none.

@@ -171,8 +171,7 @@ impl Store {
     /// manifest, 2 ms, which every statement paid, several times for an
     /// analysis). Another process's commit is seen at the next call.
     pub async fn manifest(&self) -> Result<Arc<Manifest>> {
-        let kept = self.newest.lock().ok().and_then(|k| k.clone());
-        if let Some(kept) = kept {
+        if let Some(kept) = self.kept() {
             let next = paths::manifest(&self.root, kept.version + 1);
             match self.object_store.head(&next).await {
                 Err(object_store::Error::NotFound { .. }) => return Ok(kept),
@@ -201,6 +200,11 @@ impl Store {
         Ok(self.keep(manifest))
     }
 
+    /// The newest manifest kept, if any.
+    fn kept(&self) -> Option<Arc<Manifest>> {
+        self.newest.lock().ok().and_then(|k| k.clone())
+    }
+
     /// Keeps `manifest` as the newest unless a newer one is kept already
     /// (calls that overlap), and returns it.
     fn keep(&self, manifest: Manifest) -> Arc<Manifest> {
@@ -214,11 +218,10 @@ impl Store {
     }
 
     /// The manifest of `version` (a cluster's workers read the version
-    /// their coordinator planned at). A version never written, or one
-    /// removed since, is an error naming it.
+    /// their coordinator planned at). A version never written is an error
+    /// naming it.
     pub async fn manifest_at(&self, version: u64) -> Result<Arc<Manifest>> {
-        let kept = self.newest.lock().ok().and_then(|k| k.clone());
-        if let Some(kept) = kept.filter(|k| k.version == version) {
+        if let Some(kept) = self.kept().filter(|k| k.version == version) {
             return Ok(kept);
         }
         let location = paths::manifest(&self.root, version);
@@ -2448,19 +2451,30 @@ mod tests {
         }
         let third = store.manifest().await.unwrap();
         assert_eq!((third.version, third.rows_of(Table::HostWindows)), (3, 12));
-        // A commit of its own is kept as it commits, and the other sees it.
+        // A commit of its own is kept as it commits, not read back: its
+        // file, spoilt here behind the store's back once the other has
+        // read it, is not read again.
         let mut batch = store.begin();
         batch
             .write(Table::HostWindows, &[host_rows(6)])
             .await
             .unwrap();
         batch.commit().await.unwrap();
+        let seen = other.manifest().await.unwrap();
+        store
+            .object_store()
+            .put(
+                &paths::manifest(&store.root, 4),
+                PutPayload::from_static(b"not a manifest"),
+            )
+            .await
+            .unwrap();
         let fourth = store.manifest().await.unwrap();
         assert_eq!(
             (fourth.version, fourth.rows_of(Table::HostWindows)),
             (4, 18)
         );
-        assert_eq!(*other.manifest().await.unwrap(), *fourth);
+        assert_eq!(*seen, *fourth);
     }
 
     #[tokio::test]
