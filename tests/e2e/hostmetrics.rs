@@ -547,7 +547,10 @@ async fn prometheus_names_the_cpu_hog_external() {
         })
         .collect();
     // The writer counts its finished rounds (4 MiB each, fsynced), so
-    // the bytes it wrote are known from its own arguments.
+    // the bytes it wrote are known from its own arguments. The count is
+    // replaced by a rename, never truncated: the writer is killed at any
+    // point (a CI run read 0 rounds after killing it between the
+    // truncation of the count and its write).
     let writer_file = dir.join("writer.out");
     let writer_rounds = dir.join("writer.rounds");
     let rounds_done = || -> f64 {
@@ -574,9 +577,9 @@ async fn prometheus_names_the_cpu_hog_external() {
         Command::new("sh").args([
             "-c",
             &format!(
-                "n=0; while :; do dd if=/dev/zero of={} bs=1M count=4 conv=fsync status=none; n=$((n+1)); echo $n > {}; done",
+                "n=0; while :; do dd if=/dev/zero of={} bs=1M count=4 conv=fsync status=none; n=$((n+1)); echo $n > {rounds}.new && mv {rounds}.new {rounds}; done",
                 writer_file.display(),
-                writer_rounds.display()
+                rounds = writer_rounds.display()
             ),
         ]),
         None,
