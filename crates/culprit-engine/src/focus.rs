@@ -117,13 +117,18 @@ fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
         })
 }
 
+/// Whether a query's span (the query index's) overlaps `[a, b]`.
+fn span_overlaps(s: &QuerySpan, (a, b): (i64, i64)) -> bool {
+    s.first <= b && a <= s.last
+}
+
 /// The tasks that ran in `(a, b)`, estimated from the query index: each
 /// query overlapping it by the share of its span that overlaps, its tasks
 /// spread evenly.
 fn tasks_in(spans: &Spans, (a, b): (i64, i64)) -> f64 {
     spans
         .values()
-        .filter(|s| s.first <= b && a <= s.last)
+        .filter(|s| span_overlaps(s, (a, b)))
         .map(|s| {
             let (x, y, n) = (s.first, s.last, s.tasks);
             let overlap = (y.min(b) - x.max(a)).max(0) as f64 + 1.0;
@@ -367,7 +372,7 @@ impl Engine {
         };
         let mut queries: Vec<(&String, i64, u64)> = spans
             .iter()
-            .filter(|(_, s)| s.first <= window.1 && window.0 <= s.last)
+            .filter(|(_, s)| span_overlaps(s, window))
             .map(|(q, s)| (q, s.first, s.tasks))
             .collect();
         queries.sort_by(|x, y| (x.1, x.0).cmp(&(y.1, y.0)));
@@ -543,11 +548,7 @@ impl Engine {
         let can_name = |q: &str| {
             ds.queries.get(q).is_some()
                 || victim_names.contains(q)
-                || region.is_some_and(|(from, to)| {
-                    spans
-                        .get(q)
-                        .is_some_and(|s| s.first <= to && s.last >= from)
-                })
+                || region.is_some_and(|r| spans.get(q).is_some_and(|s| span_overlaps(s, r)))
         };
         let stages = of_named_queries(&whole.stages, &can_name)?;
         let queries = of_named_queries(&whole.queries, &can_name)?;
@@ -782,7 +783,7 @@ impl Engine {
         let mut before: HashMap<u32, (i64, i64)> = HashMap::new();
         let mut lo = i64::MAX;
         for (name, s) in spans.iter() {
-            if s.first > to || s.last < from {
+            if !span_overlaps(s, (from, to)) {
                 continue;
             }
             let Some(q) = ds.queries.get(name) else {

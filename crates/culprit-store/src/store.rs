@@ -221,7 +221,8 @@ impl Store {
     /// their coordinator planned at). A version never written is an error
     /// naming it.
     pub async fn manifest_at(&self, version: u64) -> Result<Arc<Manifest>> {
-        if let Some(kept) = self.kept().filter(|k| k.version == version) {
+        // (Version 0, a new store's empty manifest, is never written.)
+        if let Some(kept) = self.kept().filter(|k| version > 0 && k.version == version) {
             return Ok(kept);
         }
         let location = paths::manifest(&self.root, version);
@@ -2384,19 +2385,23 @@ mod tests {
         }
     }
 
+    /// Commits `n` host rows ([`host_rows`]) to `store` in a batch.
+    async fn commit_host_rows(store: &Store, n: usize) {
+        let mut batch = store.begin();
+        batch
+            .write(Table::HostWindows, &[host_rows(n)])
+            .await
+            .unwrap();
+        batch.commit().await.unwrap();
+    }
+
     #[tokio::test]
     async fn a_short_time_of_host_rows_reads_one_small_row_group() {
         // One host's rows over a long time, as engines write host metrics
         // (host by host): a file of them spans the whole input's time, so
         // what a short time read decodes is the row groups that overlap it.
         let store = Store::open("memory://").unwrap();
-        let mut batch = store.begin();
-        let rows = 40_000;
-        batch
-            .write(Table::HostWindows, &[host_rows(rows)])
-            .await
-            .unwrap();
-        batch.commit().await.unwrap();
+        commit_host_rows(&store, 40_000).await;
         let m = store.manifest().await.unwrap();
         let files: Vec<DataFile> = m.files_of(Table::HostWindows).cloned().collect();
         assert_eq!(files.len(), 1);
@@ -2427,13 +2432,10 @@ mod tests {
         assert_eq!(empty.version, 0);
         // Kept: the same manifest, not read again, while no newer exists.
         assert!(Arc::ptr_eq(&empty, &store.manifest().await.unwrap()));
+        // Version 0 is never written: asked for, it is an error, kept or not.
+        assert!(store.manifest_at(0).await.is_err());
 
-        let mut batch = other.begin();
-        batch
-            .write(Table::HostWindows, &[host_rows(3)])
-            .await
-            .unwrap();
-        batch.commit().await.unwrap();
+        commit_host_rows(&other, 3).await;
         // The other's commit is seen at once, then kept.
         let first = store.manifest().await.unwrap();
         assert_eq!((first.version, first.rows_of(Table::HostWindows)), (1, 3));
@@ -2442,24 +2444,14 @@ mod tests {
 
         // Two commits by the other at once: the newest is found.
         for n in [4, 5] {
-            let mut batch = other.begin();
-            batch
-                .write(Table::HostWindows, &[host_rows(n)])
-                .await
-                .unwrap();
-            batch.commit().await.unwrap();
+            commit_host_rows(&other, n).await;
         }
         let third = store.manifest().await.unwrap();
         assert_eq!((third.version, third.rows_of(Table::HostWindows)), (3, 12));
         // A commit of its own is kept as it commits, not read back: its
         // file, spoilt here behind the store's back once the other has
         // read it, is not read again.
-        let mut batch = store.begin();
-        batch
-            .write(Table::HostWindows, &[host_rows(6)])
-            .await
-            .unwrap();
-        batch.commit().await.unwrap();
+        commit_host_rows(&store, 6).await;
         let seen = other.manifest().await.unwrap();
         store
             .object_store()
