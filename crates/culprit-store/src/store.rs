@@ -275,6 +275,7 @@ impl Store {
             parts: BTreeMap::new(),
             task_buckets: std::collections::HashMap::new(),
             note_tasks: true,
+            index: SpanIndex::default(),
             user_changes: Vec::new(),
             job_changes: Vec::new(),
             kind: None,
@@ -985,23 +986,19 @@ impl QuerySpan {
     }
 }
 
-/// The query index rows of these `tasks` rows: per query, the earliest
-/// ready or launch time, the latest finish, the number of tasks and the
-/// earliest launch.
-fn query_spans(tasks: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
-    let mut index = SpanIndex::default();
-    for b in tasks {
-        index.add(b);
-    }
-    index.finish()
-}
-
 /// The query index of `tasks` rows added batch by batch (one entry per
-/// query, so its memory is the queries', not the tasks').
+/// query, so its memory is the queries', not the tasks'): per query, the
+/// earliest ready or launch time, the latest finish, the number of tasks
+/// and the earliest launch.
 #[derive(Debug, Default)]
 pub(crate) struct SpanIndex(BTreeMap<String, QuerySpan>);
 
 impl SpanIndex {
+    /// The queries indexed.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Adds the tasks of `b` (rows without a query, launch or finish are
     /// not indexed, as they are not analysed).
     pub(crate) fn add(&mut self, b: &RecordBatch) {
@@ -1243,7 +1240,16 @@ pub struct PendingBatch {
     task_buckets: std::collections::HashMap<(u64, u64), u32>,
     /// Whether writing `tasks` notes them ([`PendingBatch::set_note_tasks`]).
     note_tasks: bool,
+    /// The query index of the tasks written, not yet in a file: written
+    /// at commit (or when it holds [`INDEX_QUERIES`] queries), so a batch
+    /// has one index file however many writes of tasks it makes.
+    index: SpanIndex,
 }
+
+/// The queries a batch's query index holds in memory before it is written
+/// to a file of its own (its memory, about 100 bytes a query, stays
+/// bounded however many queries a batch has).
+const INDEX_QUERIES: usize = 1 << 16;
 
 impl PendingBatch {
     pub fn id(&self) -> &str {
@@ -1372,8 +1378,9 @@ impl PendingBatch {
     /// Parquet files. Empty input writes nothing. `task_windows` rows go to
     /// one file (or more) per host bucket (see [`PendingBatch::note_tasks`]).
     /// Rows of the time tables are written sorted by their start, and
-    /// `tasks` rows add the batch's part of the query index
-    /// ([`crate::layout::QUERY_SPANS`]): see the layout module.
+    /// `tasks` rows are added to the batch's query index
+    /// ([`crate::layout::QUERY_SPANS`], written at commit): see the layout
+    /// module.
     ///
     /// The files are sorted and encoded on the blocking pool, one a core
     /// and one more at a time ([`encoders`]; the buckets of window rows, the
@@ -1434,16 +1441,14 @@ impl PendingBatch {
         if batches.is_empty() {
             return Ok(());
         }
-        let index = if table == Table::Tasks {
-            if self.note_tasks {
-                for b in &batches {
+        if table == Table::Tasks {
+            for b in &batches {
+                if self.note_tasks {
                     self.note_tasks(b);
                 }
+                self.index.add(b);
             }
-            query_spans(&batches)?
-        } else {
-            Vec::new()
-        };
+        }
         let batches = Arc::new(batches);
         let groups: Vec<(Option<u32>, Rows, bool)> = if table == Table::TaskWindows {
             // Each bucket is sorted by its job.
@@ -1520,15 +1525,25 @@ impl PendingBatch {
                 next += 1;
             }
         }
-        if !index.is_empty() {
-            let id = self.id.clone();
-            let schema = crate::layout::query_spans_schema();
-            self.write_parquet(crate::layout::QUERY_SPANS, &schema, &index, None, |part| {
-                paths::query_spans_file(&id, part)
-            })
-            .await?;
+        if self.index.len() >= INDEX_QUERIES {
+            self.write_index().await?;
         }
         Ok(())
+    }
+
+    /// Writes the query index of the tasks written since the last one
+    /// ([`Self::index`]) as a file, if any.
+    async fn write_index(&mut self) -> Result<()> {
+        let rows = std::mem::take(&mut self.index).finish()?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let id = self.id.clone();
+        let schema = crate::layout::query_spans_schema();
+        self.write_parquet(crate::layout::QUERY_SPANS, &schema, &rows, None, |part| {
+            paths::query_spans_file(&id, part)
+        })
+        .await
     }
 
     /// Writes one encoded file of `table` as a single object. It is recorded
@@ -1955,7 +1970,11 @@ impl PendingBatch {
     /// `PutMode::Create`. A concurrent commit that took the version first is
     /// merged in and the commit retried. On error the batch's files are
     /// removed and the store is as before.
-    pub async fn commit(self) -> Result<CommitInfo> {
+    pub async fn commit(mut self) -> Result<CommitInfo> {
+        if let Err(e) = self.write_index().await {
+            self.abort().await;
+            return Err(e);
+        }
         match self.try_commit().await {
             Ok(info) => Ok(info),
             Err(e) => {
@@ -2393,6 +2412,96 @@ mod tests {
             .await
             .unwrap();
         batch.commit().await.unwrap();
+    }
+
+    /// `n` tasks rows, task `i` of query `q{i % 7}`: ready at `10 i`
+    /// (none for every third), launched at `10 i + 5`, finished at
+    /// `10 i + 50 + i % 11`.
+    fn task_rows(from: usize, n: usize) -> RecordBatch {
+        use arrow::datatypes::DataType;
+        let schema = Table::Tasks.schema();
+        let rows = from..from + n;
+        let time = |f: &dyn Fn(i64) -> Option<i64>| -> ArrayRef {
+            Arc::new(
+                TimestampMicrosecondArray::from_iter(rows.clone().map(|i| f(i as i64)))
+                    .with_timezone("UTC"),
+            )
+        };
+        let columns: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| -> ArrayRef {
+                match f.name().as_str() {
+                    "task_id" => Arc::new(StringArray::from_iter_values(
+                        rows.clone().map(|i| format!("t{i}")),
+                    )),
+                    "query_id" => Arc::new(StringArray::from_iter_values(
+                        rows.clone().map(|i| format!("q{}", i % 7)),
+                    )),
+                    "stage_id" => Arc::new(StringArray::from_iter_values(
+                        rows.clone().map(|i| format!("s{}", i % 7)),
+                    )),
+                    "host" => Arc::new(StringArray::from(vec!["h1"; n])),
+                    "ready_time" => time(&|i| (i % 3 != 0).then_some(10 * i)),
+                    "launch_time" => time(&|i| Some(10 * i + 5)),
+                    "finish_time" => time(&|i| Some(10 * i + 50 + i % 11)),
+                    _ => match f.data_type() {
+                        DataType::Utf8 => Arc::new(StringArray::from(vec![None::<&str>; n])),
+                        DataType::Float64 => Arc::new(Float64Array::from(vec![None; n])),
+                        _ => arrow::array::new_null_array(f.data_type(), n),
+                    },
+                }
+            })
+            .collect();
+        RecordBatch::try_new(schema, columns).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_batch_writes_one_index_file_whatever_its_writes_of_tasks() {
+        // An ingest writes its tasks part by part: the query index of the
+        // batch is one file all the same (a reader opens every index file,
+        // 51 of them for one batch of 1e7 tasks before), and adds up each
+        // query's tasks of every part.
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        for (from, n) in [(0, 100), (100, 37), (137, 263)] {
+            batch
+                .write(Table::Tasks, &[task_rows(from, n)])
+                .await
+                .unwrap();
+        }
+        batch.commit().await.unwrap();
+        let manifest = store.manifest().await.unwrap();
+        assert_eq!(manifest.files_named(crate::layout::QUERY_SPANS).count(), 1);
+        let spans = store.query_spans(&manifest).await.unwrap().unwrap();
+        // Each query's span from the rows as `task_rows` builds them.
+        let mut want: BTreeMap<String, QuerySpan> = BTreeMap::new();
+        for i in 0..400i64 {
+            let first = if i % 3 != 0 { 10 * i } else { 10 * i + 5 };
+            let e = want.entry(format!("q{}", i % 7)).or_insert(QuerySpan {
+                first: i64::MAX,
+                last: i64::MIN,
+                tasks: 0,
+                first_launch: Some(i64::MAX),
+            });
+            e.first = e.first.min(first);
+            e.last = e.last.max(10 * i + 50 + i % 11);
+            e.tasks += 1;
+            e.first_launch = e.first_launch.map(|l| l.min(10 * i + 5));
+        }
+        assert_eq!(want.len(), 7);
+        assert_eq!(spans.into_iter().collect::<BTreeMap<_, _>>(), want);
+        // A second batch adds its own file.
+        let mut batch = store.begin();
+        batch
+            .write(Table::Tasks, &[task_rows(400, 10)])
+            .await
+            .unwrap();
+        batch.commit().await.unwrap();
+        let manifest = store.manifest().await.unwrap();
+        assert_eq!(manifest.files_named(crate::layout::QUERY_SPANS).count(), 2);
+        let spans = store.query_spans(&manifest).await.unwrap().unwrap();
+        assert_eq!(spans.values().map(|s| s.tasks).sum::<u64>(), 410);
     }
 
     #[tokio::test]
