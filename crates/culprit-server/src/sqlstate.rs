@@ -36,6 +36,10 @@ pub const IO_ERROR: &str = "58030";
 /// process, not of the store.
 pub const SYSTEM_ERROR: &str = "58000";
 pub const DATA_CORRUPTED: &str = "XX001";
+/// A store version superseded and removed while still asked for
+/// (`StoreError::ManifestGone`: a worker reading the version its
+/// coordinator planned at, long after).
+pub const SNAPSHOT_TOO_OLD: &str = "72000";
 pub const INTERNAL_ERROR: &str = "XX000";
 /// Transaction blocks (`hooks/transactions.rs`).
 pub const IN_FAILED_TRANSACTION: &str = "25P02";
@@ -181,6 +185,7 @@ pub(crate) fn store_code(e: &StoreError) -> &'static str {
     match e {
         // A data file the store did not write (or an older layout).
         StoreError::ForeignSchema { .. } => DATA_CORRUPTED,
+        StoreError::ManifestGone { .. } => SNAPSHOT_TOO_OLD,
         StoreError::UserTable { code, .. } => match code {
             UserTableProblem::Exists => DUPLICATE_TABLE,
             UserTableProblem::Missing => UNDEFINED_TABLE,
@@ -278,6 +283,15 @@ mod tests {
             problem: "is missing".into(),
         }));
         assert_eq!(classify(&e).0, DATA_CORRUPTED);
+        let e = DataFusionError::External(Box::new(CulpritError::Store(
+            culprit_store::StoreError::ManifestGone {
+                version: 7,
+                grace_secs: 900,
+            },
+        )));
+        let (code, msg) = classify(&e);
+        assert_eq!(code, SNAPSHOT_TOO_OLD);
+        assert!(msg.contains("store version 7 is no longer kept"), "{msg}");
         // A worker that failed, however deep in DataFusion's wrapping, and
         // its address in the message.
         let e = DataFusionError::Shared(std::sync::Arc::new(DataFusionError::External(Box::new(

@@ -49,6 +49,13 @@ pub enum StoreError {
     /// nothing changed.
     #[error("commit conflict: {what}")]
     Stale { what: String },
+    /// A store version asked for by number (a cluster's worker reading the
+    /// version its coordinator planned at) that a newer one superseded and
+    /// a commit removed ([`crate::MANIFEST_GRACE`]).
+    #[error(
+        "store version {version} is no longer kept: a manifest is removed {grace_secs} s after a newer version supersedes it"
+    )]
+    ManifestGone { version: u64, grace_secs: u64 },
 }
 
 /// What is wrong with a user table operation, for the SQLSTATE.

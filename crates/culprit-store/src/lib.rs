@@ -31,4 +31,6 @@ pub use store::{
     check_user_table_name, pages_schema, run_details_schema, telemetry_refusal, JobChange,
     PAGES_TABLE, REPORTS_SCHEMA, RUN_DETAILS_TABLE,
 };
-pub use store::{encoders, CommitInfo, PendingBatch, QuerySpan, Store, DEFAULT_STORE};
+pub use store::{
+    encoders, CommitInfo, PendingBatch, QuerySpan, Store, DEFAULT_STORE, MANIFEST_GRACE,
+};

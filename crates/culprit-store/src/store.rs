@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use culprit_core::Table;
@@ -41,9 +42,26 @@ pub struct Store {
     root: Path,
     display: String,
     /// The newest manifest read or committed through this store or a
-    /// clone of it ([`Store::manifest`]).
-    newest: Arc<std::sync::Mutex<Option<Arc<Manifest>>>>,
+    /// clone of it, and when it was last known to be the newest (listed or
+    /// committed) ([`Store::manifest`]).
+    newest: Arc<std::sync::Mutex<Option<(Arc<Manifest>, Instant)>>>,
+    /// How long a manifest superseded by a newer version is kept before a
+    /// commit removes it ([`MANIFEST_GRACE`]).
+    manifest_grace: Duration,
 }
+
+/// How long a superseded manifest is kept: a commit removes the versions
+/// whose next version was written longer ago than this. A reader trusts
+/// the manifest it keeps (asking only whether the next version exists) for
+/// a quarter of it, then lists the versions again, so the next version it
+/// asks for cannot have been removed meanwhile (clocks may differ by up to
+/// three quarters of it); a cluster's workers read the version their
+/// coordinator planned at well within it.
+pub const MANIFEST_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// The superseded manifests a commit removes at most (the rest by the
+/// next commits): a store written before they were removed may hold many.
+const MANIFESTS_REMOVED: usize = 1_000;
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,7 +143,17 @@ impl Store {
             root,
             display,
             newest: Arc::default(),
+            manifest_grace: MANIFEST_GRACE,
         }
+    }
+
+    /// This store with superseded manifests kept for `grace` instead of
+    /// [`MANIFEST_GRACE`] (tests). Every process on a store must use the
+    /// same: a reader that keeps a manifest for longer than a quarter of a
+    /// writer's grace could miss newer versions.
+    pub fn with_manifest_grace(mut self, grace: Duration) -> Store {
+        self.manifest_grace = grace;
+        self
     }
 
     pub fn object_store(&self) -> Arc<dyn ObjectStore> {
@@ -162,23 +190,31 @@ impl Store {
     /// The newest manifest, or an empty one (version 0) for a new store.
     ///
     /// A version is written once, by a commit that creates the next
-    /// version's file (`PutMode::Create`), and no manifest is ever removed,
-    /// so versions follow one another without gaps and a version's manifest
-    /// never changes. The store (and its clones) keeps the newest one it
-    /// read or committed, and it is still the newest while the next
-    /// version's file does not exist: one `head` of that file, instead of
-    /// listing every version and parsing the newest (at 1e7 tasks a 1.4 MB
-    /// manifest, 2 ms, which every statement paid, several times for an
-    /// analysis). Another process's commit is seen at the next call.
+    /// version's file (`PutMode::Create`), so versions follow one another
+    /// and a version's manifest never changes; a superseded one is removed
+    /// [`MANIFEST_GRACE`] after its successor was written
+    /// ([`Self::remove_superseded`]). The store (and its clones) keeps the
+    /// newest one it read or committed, and it is still the newest while
+    /// the next version's file does not exist: one `head` of that file,
+    /// instead of listing the versions and parsing the newest (at 1e7 tasks
+    /// a 1.4 MB manifest, 2 ms, which every statement paid, several times
+    /// for an analysis). That answer is trusted for a quarter of the grace
+    /// after the kept one was last known to be the newest, then the
+    /// versions are listed again (the next version could be removed by
+    /// then). Another process's commit is seen at the next call.
     pub async fn manifest(&self) -> Result<Arc<Manifest>> {
-        if let Some(kept) = self.kept() {
-            let next = paths::manifest(&self.root, kept.version + 1);
-            match self.object_store.head(&next).await {
-                Err(object_store::Error::NotFound { .. }) => return Ok(kept),
-                Err(e) => return Err(self.os_err()(e)),
-                Ok(_) => {} // a newer one: find the newest
+        let kept = self.kept_since();
+        if let Some((kept, since)) = &kept {
+            if since.elapsed() < self.manifest_grace / 4 {
+                let next = paths::manifest(&self.root, kept.version + 1);
+                match self.object_store.head(&next).await {
+                    Err(object_store::Error::NotFound { .. }) => return Ok(kept.clone()),
+                    Err(e) => return Err(self.os_err()(e)),
+                    Ok(_) => {} // a newer one: find the newest
+                }
             }
         }
+        let listed = Instant::now();
         let dir = paths::manifest_dir(&self.root);
         let metas: Vec<_> = self
             .object_store
@@ -191,27 +227,39 @@ impl Store {
             .filter_map(|m| paths::manifest_version(&m.location).map(|v| (v, &m.location)))
             .max_by_key(|(v, _)| *v);
         let manifest = match newest {
+            // Still the kept one: not parsed again.
+            Some((version, _)) if kept.as_ref().is_some_and(|(k, _)| k.version == version) => {
+                let (kept, _) = kept.expect("matched");
+                return Ok(self.keep(kept, listed));
+            }
             Some((version, location)) => self.read_manifest(version, location).await?,
             None => Manifest {
                 format: Manifest::FORMAT,
                 ..Manifest::default()
             },
         };
-        Ok(self.keep(manifest))
+        Ok(self.keep(Arc::new(manifest), listed))
     }
 
     /// The newest manifest kept, if any.
     fn kept(&self) -> Option<Arc<Manifest>> {
+        self.kept_since().map(|(m, _)| m)
+    }
+
+    /// The newest manifest kept, if any, and when it was last known to be
+    /// the newest.
+    fn kept_since(&self) -> Option<(Arc<Manifest>, Instant)> {
         self.newest.lock().ok().and_then(|k| k.clone())
     }
 
-    /// Keeps `manifest` as the newest unless a newer one is kept already
-    /// (calls that overlap), and returns it.
-    fn keep(&self, manifest: Manifest) -> Arc<Manifest> {
-        let manifest = Arc::new(manifest);
+    /// Keeps `manifest`, known to be the newest at `since`, unless a newer
+    /// one is kept already (calls that overlap), and returns it.
+    fn keep(&self, manifest: Arc<Manifest>, since: Instant) -> Arc<Manifest> {
         if let Ok(mut kept) = self.newest.lock() {
-            if kept.as_ref().is_none_or(|k| k.version < manifest.version) {
-                *kept = Some(manifest.clone());
+            match kept.as_mut() {
+                Some((k, at)) if k.version == manifest.version => *at = (*at).max(since),
+                Some((k, _)) if k.version > manifest.version => {}
+                _ => *kept = Some((manifest.clone(), since)),
             }
         }
         manifest
@@ -219,14 +267,69 @@ impl Store {
 
     /// The manifest of `version` (a cluster's workers read the version
     /// their coordinator planned at). A version never written is an error
-    /// naming it.
+    /// naming it, as is one superseded and removed
+    /// ([`StoreError::ManifestGone`]).
     pub async fn manifest_at(&self, version: u64) -> Result<Arc<Manifest>> {
         // (Version 0, a new store's empty manifest, is never written.)
         if let Some(kept) = self.kept().filter(|k| version > 0 && k.version == version) {
             return Ok(kept);
         }
         let location = paths::manifest(&self.root, version);
-        self.read_manifest(version, &location).await.map(Arc::new)
+        match self.read_manifest(version, &location).await {
+            Err(StoreError::ObjectStore {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) if version > 0 && version < self.manifest().await?.version => {
+                Err(StoreError::ManifestGone {
+                    version,
+                    grace_secs: self.manifest_grace.as_secs(),
+                })
+            }
+            other => other.map(Arc::new),
+        }
+    }
+
+    /// Removes the manifests superseded longer than the grace period ago
+    /// (oldest first, at most [`MANIFESTS_REMOVED`]): those whose next
+    /// listed version was written before it. Best effort, after a commit:
+    /// a failure is logged, and the next commit tries again. The newest
+    /// is never removed (it has no next version).
+    async fn remove_superseded(&self) {
+        let dir = paths::manifest_dir(&self.root);
+        let metas: Vec<object_store::ObjectMeta> =
+            match self.object_store.list(Some(&dir)).try_collect().await {
+                Ok(m) => m,
+                Err(e) => {
+                    log::warn!("could not list the manifests of {self}: {e}");
+                    return;
+                }
+            };
+        let mut versions: Vec<(u64, &object_store::ObjectMeta)> = metas
+            .iter()
+            .filter_map(|m| paths::manifest_version(&m.location).map(|v| (v, m)))
+            .collect();
+        versions.sort_by_key(|(v, _)| *v);
+        let grace =
+            chrono::Duration::from_std(self.manifest_grace).unwrap_or(chrono::Duration::MAX);
+        let cutoff = chrono::Utc::now()
+            .checked_sub_signed(grace)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        // Superseded at the latest when the next listed version was
+        // written (its own successor may be gone already: a removal cut
+        // short).
+        let old = versions
+            .windows(2)
+            .take_while(|w| w[1].1.last_modified <= cutoff)
+            .count();
+        for (version, meta) in versions.iter().take(old.min(MANIFESTS_REMOVED)) {
+            match self.object_store.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    log::warn!("could not remove superseded manifest {version} of {self}: {e}");
+                    return;
+                }
+            }
+        }
     }
 
     async fn read_manifest(&self, version: u64, location: &Path) -> Result<Manifest> {
@@ -2014,6 +2117,7 @@ impl PendingBatch {
                 mode: PutMode::Create,
                 ..PutOptions::default()
             };
+            let written = Instant::now();
             match self
                 .store
                 .object_store
@@ -2021,8 +2125,11 @@ impl PendingBatch {
                 .await
             {
                 Ok(_) => {
-                    self.store.keep(manifest);
+                    // The newest when it was created (no version follows
+                    // one not yet written).
+                    self.store.keep(Arc::new(manifest), written);
                     self.remove_unlisted(&gone).await;
+                    self.store.remove_superseded().await;
                     return Ok(CommitInfo {
                         job,
                         version,
@@ -2576,6 +2683,91 @@ mod tests {
             (4, 18)
         );
         assert_eq!(*seen, *fourth);
+    }
+
+    /// The versions of the manifests `store` holds, in order.
+    async fn versions(store: &Store) -> Vec<u64> {
+        let dir = paths::manifest_dir(&store.root);
+        let mut v: Vec<u64> = store
+            .object_store
+            .list(Some(&dir))
+            .map_ok(|m| paths::manifest_version(&m.location).unwrap())
+            .try_collect()
+            .await
+            .unwrap();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn superseded_manifests_are_removed_after_the_grace() {
+        // Each commit writes the whole manifest again (1.4 MB at 1e7
+        // tasks), and a report every 5 s commits 17,280 a day: those
+        // superseded for the grace period are removed by the next commit.
+        let kept = Store::open("memory://").unwrap();
+        for n in 1..=3 {
+            commit_host_rows(&kept, n).await;
+        }
+        assert_eq!(versions(&kept).await, [1, 2, 3], "within the grace");
+
+        let store = Store::open("memory://")
+            .unwrap()
+            .with_manifest_grace(Duration::ZERO);
+        for n in 1..=5 {
+            commit_host_rows(&store, n).await;
+            assert_eq!(versions(&store).await, [n as u64]);
+        }
+        let m = store.manifest().await.unwrap();
+        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (5, 15));
+        // A version removed is an error that says so.
+        let gone = store.manifest_at(2).await.unwrap_err();
+        assert!(
+            matches!(gone, StoreError::ManifestGone { version: 2, .. }),
+            "{gone}"
+        );
+        assert!(gone.to_string().contains("no longer kept"), "{gone}");
+
+        // Killed while removing (a version in the middle gone, the older
+        // ones not): the next commit removes the rest.
+        let slow = Store::open("memory://").unwrap();
+        for n in 1..=3 {
+            commit_host_rows(&slow, n).await;
+        }
+        slow.object_store
+            .delete(&paths::manifest(&slow.root, 2))
+            .await
+            .unwrap();
+        let slow = slow.with_manifest_grace(Duration::ZERO);
+        commit_host_rows(&slow, 4).await;
+        assert_eq!(versions(&slow).await, [4]);
+        assert_eq!(
+            slow.manifest().await.unwrap().rows_of(Table::HostWindows),
+            10
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kept_manifest_is_listed_again_before_its_successor_can_be_removed() {
+        // Another process keeps version 1; this one commits 2 and 3, and
+        // removes 1 and 2 (grace 0): the other must not take the absence of
+        // version 2 for "1 is the newest".
+        let store = Store::open("memory://")
+            .unwrap()
+            .with_manifest_grace(Duration::ZERO);
+        let other = Store::new(
+            store.object_store(),
+            store.base_url().clone(),
+            store.root.clone(),
+            "other".into(),
+        )
+        .with_manifest_grace(Duration::ZERO);
+        commit_host_rows(&store, 1).await;
+        assert_eq!(other.manifest().await.unwrap().version, 1);
+        commit_host_rows(&store, 2).await;
+        commit_host_rows(&store, 3).await;
+        assert_eq!(versions(&store).await, [3]);
+        let m = other.manifest().await.unwrap();
+        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (3, 6));
     }
 
     #[tokio::test]
