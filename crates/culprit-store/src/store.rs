@@ -44,11 +44,14 @@ pub struct Store {
     /// The newest manifest read or committed through this store or a
     /// clone of it, and when it was last known to be the newest (listed or
     /// committed) ([`Store::manifest`]).
-    newest: Arc<std::sync::Mutex<Option<(Arc<Manifest>, Instant)>>>,
+    newest: Arc<std::sync::Mutex<Option<Kept>>>,
     /// How long a manifest superseded by a newer version is kept before a
     /// commit removes it ([`MANIFEST_GRACE`]).
     manifest_grace: Duration,
 }
+
+/// A manifest kept as the newest, and when it was last known to be.
+type Kept = (Arc<Manifest>, Instant);
 
 /// How long a superseded manifest is kept: a commit removes the versions
 /// whose next version was written longer ago than this. A reader trusts
@@ -248,7 +251,7 @@ impl Store {
 
     /// The newest manifest kept, if any, and when it was last known to be
     /// the newest.
-    fn kept_since(&self) -> Option<(Arc<Manifest>, Instant)> {
+    fn kept_since(&self) -> Option<Kept> {
         self.newest.lock().ok().and_then(|k| k.clone())
     }
 
