@@ -515,6 +515,12 @@ fn named(workers: &Workers, url: &Url, e: DataFusionError) -> DataFusionError {
             log::warn!("worker {url} reports: {}", other.detail);
             return DataFusionError::External(Box::new(other));
         }
+        // The store version planned at was removed before the worker read
+        // it: still the store's error (72000), not an I/O error.
+        if let Some(gone) = culprit_store::StoreError::manifest_gone_in(&e.find_root().message()) {
+            log::warn!("worker {url}: {gone}");
+            return DataFusionError::External(Box::new(crate::error::Error::Store(gone)));
+        }
         // The worker's memory budget or pool was full: still 53200, saying
         // which worker (its `--memory-budget-mb`), not this server's.
         if let DataFusionError::ResourcesExhausted(m) = e.find_root() {
@@ -792,6 +798,31 @@ mod tests {
         let again = WorkerUnavailable::from_message(&seen).unwrap();
         assert_eq!(again.url, "http://10.0.0.7:5434/");
         assert!(WorkerUnavailable::from_message("culprit workers are nice").is_none());
+    }
+
+    #[test]
+    fn a_removed_version_a_worker_reports_is_the_stores_error_again() {
+        // As the worker's error arrives: its text only.
+        let cluster = Cluster::new(parse_workers("a:1").unwrap(), 1).unwrap();
+        let url = Url::parse("http://a:1/").unwrap();
+        let gone = culprit_store::StoreError::ManifestGone {
+            version: 7,
+            grace_secs: 900,
+        };
+        let sent = DataFusionError::Execution(format!("External error: {gone}"));
+        let got = named(&cluster.workers, &url, sent);
+        let DataFusionError::External(inner) = &got else {
+            panic!("{got:?}");
+        };
+        assert!(
+            matches!(
+                inner.downcast_ref::<crate::error::Error>(),
+                Some(crate::error::Error::Store(
+                    culprit_store::StoreError::ManifestGone { version: 7, .. }
+                ))
+            ),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -58,6 +58,49 @@ pub enum StoreError {
     ManifestGone { version: u64, grace_secs: u64 },
 }
 
+impl StoreError {
+    /// A [`StoreError::ManifestGone`] again from a message holding its text
+    /// (a cluster's worker sends its errors as text).
+    pub fn manifest_gone_in(message: &str) -> Option<StoreError> {
+        const HEAD: &str = "store version ";
+        const MID: &str = " is no longer kept: a manifest is removed ";
+        const TAIL: &str = " s after a newer version supersedes it";
+        let at = message.find(HEAD)? + HEAD.len();
+        let rest = &message[at..];
+        let mid = rest.find(MID)?;
+        let version = rest[..mid].parse().ok()?;
+        let rest = &rest[mid + MID.len()..];
+        let grace_secs = rest[..rest.find(TAIL)?].parse().ok()?;
+        Some(StoreError::ManifestGone {
+            version,
+            grace_secs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_removed_version_is_known_again_from_its_text() {
+        let gone = StoreError::ManifestGone {
+            version: 7,
+            grace_secs: 900,
+        };
+        let text = format!("External error: {gone}");
+        assert!(matches!(
+            StoreError::manifest_gone_in(&text),
+            Some(StoreError::ManifestGone {
+                version: 7,
+                grace_secs: 900
+            })
+        ));
+        assert!(StoreError::manifest_gone_in("store version x is no longer kept").is_none());
+        assert!(StoreError::manifest_gone_in("no such file").is_none());
+    }
+}
+
 /// What is wrong with a user table operation, for the SQLSTATE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserTableProblem {

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use arrow::record_batch::RecordBatch;
 use culprit_core::Table;
@@ -50,8 +50,9 @@ pub struct Store {
     manifest_grace: Duration,
 }
 
-/// A manifest kept as the newest, and when it was last known to be.
-type Kept = (Arc<Manifest>, Instant);
+/// A manifest kept as the newest, and when it was last known to be (by the
+/// monotonic clock and by the wall clock).
+type Kept = (Arc<Manifest>, Instant, SystemTime);
 
 /// How long a superseded manifest is kept: a commit removes the versions
 /// whose next version was written longer ago than this. A reader trusts
@@ -202,51 +203,65 @@ impl Store {
     /// instead of listing the versions and parsing the newest (at 1e7 tasks
     /// a 1.4 MB manifest, 2 ms, which every statement paid, several times
     /// for an analysis). That answer is trusted for a quarter of the grace
-    /// after the kept one was last known to be the newest, then the
-    /// versions are listed again (the next version could be removed by
-    /// then). Another process's commit is seen at the next call.
+    /// after the kept one was last known to be the newest, by both the
+    /// monotonic clock and the wall clock (the first stops while a machine
+    /// sleeps), then the versions are listed again (the next version could
+    /// be removed by then). Another process's commit is seen at the next
+    /// call.
     pub async fn manifest(&self) -> Result<Arc<Manifest>> {
-        let kept = self.kept_since();
-        if let Some((kept, since)) = &kept {
-            if since.elapsed() < self.manifest_grace / 4 {
+        if let Some((kept, since, wall)) = self.kept_since() {
+            let trust = self.manifest_grace / 4;
+            if since.elapsed() < trust && wall.elapsed().is_ok_and(|d| d < trust) {
                 let next = paths::manifest(&self.root, kept.version + 1);
                 match self.object_store.head(&next).await {
-                    Err(object_store::Error::NotFound { .. }) => return Ok(kept.clone()),
+                    Err(object_store::Error::NotFound { .. }) => return Ok(kept),
                     Err(e) => return Err(self.os_err()(e)),
                     Ok(_) => {} // a newer one: find the newest
                 }
             }
         }
-        let listed = Instant::now();
+        Ok(self.newest_listed().await?.0)
+    }
+
+    /// The manifest versions stored, in order, with their objects' metadata.
+    async fn list_versions(&self) -> Result<Vec<(u64, object_store::ObjectMeta)>> {
         let dir = paths::manifest_dir(&self.root);
-        let metas: Vec<_> = self
+        let metas: Vec<object_store::ObjectMeta> = self
             .object_store
             .list(Some(&dir))
             .try_collect()
             .await
             .map_err(self.os_err())?;
-        let newest = metas
-            .iter()
-            .filter_map(|m| paths::manifest_version(&m.location).map(|v| (v, &m.location)))
-            .max_by_key(|(v, _)| *v);
-        let manifest = match newest {
-            // Still the kept one: not parsed again.
-            Some((version, _)) if kept.as_ref().is_some_and(|(k, _)| k.version == version) => {
-                let (kept, _) = kept.expect("matched");
-                return Ok(self.keep(kept, listed));
-            }
-            Some((version, location)) => self.read_manifest(version, location).await?,
-            None => Manifest {
+        let mut versions: Vec<(u64, object_store::ObjectMeta)> = metas
+            .into_iter()
+            .filter_map(|m| paths::manifest_version(&m.location).map(|v| (v, m)))
+            .collect();
+        versions.sort_by_key(|(v, _)| *v);
+        Ok(versions)
+    }
+
+    /// The newest manifest by a listing of the versions (kept from then),
+    /// and that listing. The kept one is not parsed again when it is still
+    /// the newest.
+    async fn newest_listed(&self) -> Result<(Arc<Manifest>, Vec<(u64, object_store::ObjectMeta)>)> {
+        let (since, wall) = (Instant::now(), SystemTime::now());
+        let versions = self.list_versions().await?;
+        let manifest = match versions.last() {
+            Some((version, meta)) => match self.kept().filter(|k| k.version == *version) {
+                Some(kept) => kept,
+                None => Arc::new(self.read_manifest(*version, &meta.location).await?),
+            },
+            None => Arc::new(Manifest {
                 format: Manifest::FORMAT,
                 ..Manifest::default()
-            },
+            }),
         };
-        Ok(self.keep(Arc::new(manifest), listed))
+        Ok((self.keep(manifest, since, wall), versions))
     }
 
     /// The newest manifest kept, if any.
     fn kept(&self) -> Option<Arc<Manifest>> {
-        self.kept_since().map(|(m, _)| m)
+        self.kept_since().map(|(m, _, _)| m)
     }
 
     /// The newest manifest kept, if any, and when it was last known to be
@@ -255,14 +270,18 @@ impl Store {
         self.newest.lock().ok().and_then(|k| k.clone())
     }
 
-    /// Keeps `manifest`, known to be the newest at `since`, unless a newer
-    /// one is kept already (calls that overlap), and returns it.
-    fn keep(&self, manifest: Arc<Manifest>, since: Instant) -> Arc<Manifest> {
+    /// Keeps `manifest`, known to be the newest at `since` (and at `wall`
+    /// by the wall clock), unless a newer one is kept already (calls that
+    /// overlap), and returns it.
+    fn keep(&self, manifest: Arc<Manifest>, since: Instant, wall: SystemTime) -> Arc<Manifest> {
         if let Ok(mut kept) = self.newest.lock() {
             match kept.as_mut() {
-                Some((k, at)) if k.version == manifest.version => *at = (*at).max(since),
-                Some((k, _)) if k.version > manifest.version => {}
-                _ => *kept = Some((manifest.clone(), since)),
+                Some((k, at, w)) if k.version == manifest.version => {
+                    *at = (*at).max(since);
+                    *w = (*w).max(wall);
+                }
+                Some((k, _, _)) if k.version > manifest.version => {}
+                _ => *kept = Some((manifest.clone(), since, wall)),
             }
         }
         manifest
@@ -282,7 +301,12 @@ impl Store {
             Err(StoreError::ObjectStore {
                 source: object_store::Error::NotFound { .. },
                 ..
-            }) if version > 0 && version < self.manifest().await?.version => {
+            }) if version > 0
+                && self
+                    .manifest()
+                    .await
+                    .is_ok_and(|newest| version < newest.version) =>
+            {
                 Err(StoreError::ManifestGone {
                     version,
                     grace_secs: self.manifest_grace.as_secs(),
@@ -292,43 +316,40 @@ impl Store {
         }
     }
 
-    /// Removes the manifests superseded longer than the grace period ago
-    /// (oldest first, at most [`MANIFESTS_REMOVED`]): those whose next
-    /// listed version was written before it. Best effort, after a commit:
-    /// a failure is logged, and the next commit tries again. The newest
-    /// is never removed (it has no next version).
-    async fn remove_superseded(&self) {
-        let dir = paths::manifest_dir(&self.root);
-        let metas: Vec<object_store::ObjectMeta> =
-            match self.object_store.list(Some(&dir)).try_collect().await {
-                Ok(m) => m,
-                Err(e) => {
-                    log::warn!("could not list the manifests of {self}: {e}");
-                    return;
-                }
-            };
-        let mut versions: Vec<(u64, &object_store::ObjectMeta)> = metas
-            .iter()
-            .filter_map(|m| paths::manifest_version(&m.location).map(|v| (v, m)))
-            .collect();
-        versions.sort_by_key(|(v, _)| *v);
+    /// Removes the manifests of `versions` (a listing, in order) superseded
+    /// longer than the grace period ago: those whose next listed version
+    /// was written before it (its own successor may be gone already: a
+    /// removal cut short), at most [`MANIFESTS_REMOVED`], in one request
+    /// where the object store takes many (S3). The newest is never removed
+    /// (it has no next version). Best effort, before a commit's manifest is
+    /// written (a statement cancelled here has committed nothing): a
+    /// failure is logged, and the next commit tries again.
+    async fn remove_superseded(&self, versions: &[(u64, object_store::ObjectMeta)]) {
         let grace =
             chrono::Duration::from_std(self.manifest_grace).unwrap_or(chrono::Duration::MAX);
         let cutoff = chrono::Utc::now()
             .checked_sub_signed(grace)
             .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-        // Superseded at the latest when the next listed version was
-        // written (its own successor may be gone already: a removal cut
-        // short).
         let old = versions
             .windows(2)
             .take_while(|w| w[1].1.last_modified <= cutoff)
             .count();
-        for (version, meta) in versions.iter().take(old.min(MANIFESTS_REMOVED)) {
-            match self.object_store.delete(&meta.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+        let gone: Vec<object_store::Result<Path>> = versions
+            .iter()
+            .take(old.min(MANIFESTS_REMOVED))
+            .map(|(_, meta)| Ok(meta.location.clone()))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut removed = self
+            .object_store
+            .delete_stream(futures::StreamExt::boxed(futures::stream::iter(gone)));
+        while let Some(r) = futures::StreamExt::next(&mut removed).await {
+            match r {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => {
-                    log::warn!("could not remove superseded manifest {version} of {self}: {e}");
+                    log::warn!("could not remove a superseded manifest of {self}: {e}");
                     return;
                 }
             }
@@ -2093,7 +2114,13 @@ impl PendingBatch {
     async fn try_commit(&self) -> Result<CommitInfo> {
         let rows = self.rows();
         for _ in 0..COMMIT_RETRIES {
-            let mut manifest = Manifest::clone(&*self.store.manifest().await?);
+            // The newest by a listing, not by the kept one: a version is
+            // only ever created after every version the listing shows, so
+            // it cannot take the number of one removed since. The
+            // superseded ones that listing shows are removed first.
+            let (newest, versions) = self.store.newest_listed().await?;
+            self.store.remove_superseded(&versions).await;
+            let mut manifest = Manifest::clone(&*newest);
             let version = manifest.version + 1;
             manifest.version = version;
             manifest.files.extend(self.files.iter().cloned());
@@ -2120,7 +2147,7 @@ impl PendingBatch {
                 mode: PutMode::Create,
                 ..PutOptions::default()
             };
-            let written = Instant::now();
+            let (written, wall) = (Instant::now(), SystemTime::now());
             match self
                 .store
                 .object_store
@@ -2130,9 +2157,8 @@ impl PendingBatch {
                 Ok(_) => {
                     // The newest when it was created (no version follows
                     // one not yet written).
-                    self.store.keep(Arc::new(manifest), written);
+                    self.store.keep(Arc::new(manifest), written, wall);
                     self.remove_unlisted(&gone).await;
-                    self.store.remove_superseded().await;
                     return Ok(CommitInfo {
                         job,
                         version,
@@ -2528,6 +2554,11 @@ mod tests {
     /// (none for every third), launched at `10 i + 5`, finished at
     /// `10 i + 50 + i % 11`.
     fn task_rows(from: usize, n: usize) -> RecordBatch {
+        task_rows_of(from, n, 7)
+    }
+
+    /// [`task_rows`] of `queries` queries (task `i` of query `q{i % queries}`).
+    fn task_rows_of(from: usize, n: usize, queries: usize) -> RecordBatch {
         use arrow::datatypes::DataType;
         let schema = Table::Tasks.schema();
         let rows = from..from + n;
@@ -2546,7 +2577,7 @@ mod tests {
                         rows.clone().map(|i| format!("t{i}")),
                     )),
                     "query_id" => Arc::new(StringArray::from_iter_values(
-                        rows.clone().map(|i| format!("q{}", i % 7)),
+                        rows.clone().map(|i| format!("q{}", i % queries)),
                     )),
                     "stage_id" => Arc::new(StringArray::from_iter_values(
                         rows.clone().map(|i| format!("s{}", i % 7)),
@@ -2713,12 +2744,16 @@ mod tests {
         }
         assert_eq!(versions(&kept).await, [1, 2, 3], "within the grace");
 
+        // Grace 0: a commit removes every version before the newest it
+        // finds, then adds its own.
         let store = Store::open("memory://")
             .unwrap()
             .with_manifest_grace(Duration::ZERO);
-        for n in 1..=5 {
-            commit_host_rows(&store, n).await;
-            assert_eq!(versions(&store).await, [n as u64]);
+        commit_host_rows(&store, 1).await;
+        assert_eq!(versions(&store).await, [1]);
+        for n in 2..=5u64 {
+            commit_host_rows(&store, n as usize).await;
+            assert_eq!(versions(&store).await, [n - 1, n]);
         }
         let m = store.manifest().await.unwrap();
         assert_eq!((m.version, m.rows_of(Table::HostWindows)), (5, 15));
@@ -2742,7 +2777,7 @@ mod tests {
             .unwrap();
         let slow = slow.with_manifest_grace(Duration::ZERO);
         commit_host_rows(&slow, 4).await;
-        assert_eq!(versions(&slow).await, [4]);
+        assert_eq!(versions(&slow).await, [3, 4]);
         assert_eq!(
             slow.manifest().await.unwrap().rows_of(Table::HostWindows),
             10
@@ -2765,12 +2800,78 @@ mod tests {
         )
         .with_manifest_grace(Duration::ZERO);
         commit_host_rows(&store, 1).await;
-        assert_eq!(other.manifest().await.unwrap().version, 1);
+        let first = other.manifest().await.unwrap();
+        assert_eq!(first.version, 1);
+        // Listed again (grace 0), still version 1: the same, not parsed
+        // again.
+        assert!(Arc::ptr_eq(&first, &other.manifest().await.unwrap()));
+        for n in 2..=4 {
+            commit_host_rows(&store, n).await;
+        }
+        assert_eq!(versions(&store).await, [3, 4]);
+        let m = other.manifest().await.unwrap();
+        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (4, 10));
+        // A process that trusts its kept version 4 past the removal of
+        // version 5 (its clock stopped while the machine slept; here, its
+        // longer grace): its commit goes after the newest listed, not as
+        // version 5 again, which nobody would read.
+        let late = Store::new(
+            store.object_store(),
+            store.base_url().clone(),
+            store.root.clone(),
+            "late".into(),
+        );
+        assert_eq!(late.manifest().await.unwrap().version, 4);
+        for n in [5, 6, 7] {
+            commit_host_rows(&store, n).await;
+        }
+        assert_eq!(versions(&store).await, [6, 7]);
+        commit_host_rows(&late, 8).await;
+        let m = store.manifest().await.unwrap();
+        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (8, 36));
+    }
+
+    #[tokio::test]
+    async fn a_manifest_is_removed_by_the_time_its_successor_was_written() {
+        // Version 1 written long ago but superseded just now stays; it goes
+        // once its successor is older than the grace.
+        let grace = Duration::from_millis(300);
+        let store = Store::open("memory://").unwrap().with_manifest_grace(grace);
+        commit_host_rows(&store, 1).await;
+        tokio::time::sleep(grace + Duration::from_millis(100)).await;
         commit_host_rows(&store, 2).await;
         commit_host_rows(&store, 3).await;
-        assert_eq!(versions(&store).await, [3]);
-        let m = other.manifest().await.unwrap();
-        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (3, 6));
+        assert_eq!(versions(&store).await, [1, 2, 3]);
+        tokio::time::sleep(grace + Duration::from_millis(100)).await;
+        commit_host_rows(&store, 4).await;
+        assert_eq!(versions(&store).await, [3, 4]);
+        assert_eq!(
+            store.manifest().await.unwrap().rows_of(Table::HostWindows),
+            10
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_many_queries_writes_its_index_in_bounded_files() {
+        // One write of more queries than an index file holds in memory: a
+        // file then, another at commit; the totals add up across them.
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        let n = INDEX_QUERIES + 10;
+        batch
+            .write(Table::Tasks, &[task_rows_of(0, INDEX_QUERIES + 1, n)])
+            .await
+            .unwrap();
+        batch
+            .write(Table::Tasks, &[task_rows_of(INDEX_QUERIES + 1, 9, n)])
+            .await
+            .unwrap();
+        batch.commit().await.unwrap();
+        let manifest = store.manifest().await.unwrap();
+        assert_eq!(manifest.files_named(crate::layout::QUERY_SPANS).count(), 2);
+        let spans = store.query_spans(&manifest).await.unwrap().unwrap();
+        assert_eq!(spans.len(), n);
+        assert!(spans.values().all(|s| s.tasks == 1));
     }
 
     #[tokio::test]
