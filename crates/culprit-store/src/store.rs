@@ -58,8 +58,10 @@ type Kept = (Arc<Manifest>, Instant, SystemTime);
 /// whose next version was written longer ago than this. A reader trusts
 /// the manifest it keeps (asking only whether the next version exists) for
 /// a quarter of it, then lists the versions again, so the next version it
-/// asks for cannot have been removed meanwhile (clocks may differ by up to
-/// three quarters of it); a cluster's workers read the version their
+/// asks for cannot have been removed meanwhile (the committing machine's
+/// clock and the object store's timestamps may differ by up to three
+/// quarters of it); a commit writes after the newest version it lists,
+/// never after a kept one. A cluster's workers read the version their
 /// coordinator planned at well within it.
 pub const MANIFEST_GRACE: Duration = Duration::from_secs(15 * 60);
 
@@ -2672,12 +2674,7 @@ mod tests {
     async fn the_newest_manifest_is_kept_until_another_is_committed() {
         let store = Store::open("memory://").unwrap();
         // Another process on the same object store (a cache of its own).
-        let other = Store::new(
-            store.object_store(),
-            store.base_url().clone(),
-            store.root.clone(),
-            "other".into(),
-        );
+        let other = another_process(&store, "other");
         let empty = store.manifest().await.unwrap();
         assert_eq!(empty.version, 0);
         // Kept: the same manifest, not read again, while no newer exists.
@@ -2719,18 +2716,27 @@ mod tests {
         assert_eq!(*seen, *fourth);
     }
 
+    /// A store on `store`'s object store with a cache of its own, as
+    /// another process would open it.
+    fn another_process(store: &Store, name: &str) -> Store {
+        Store::new(
+            store.object_store(),
+            store.base_url().clone(),
+            store.root.clone(),
+            name.into(),
+        )
+    }
+
+    /// The newest manifest's version and host rows, as `store` sees them.
+    async fn newest(store: &Store) -> (u64, u64) {
+        let m = store.manifest().await.unwrap();
+        (m.version, m.rows_of(Table::HostWindows))
+    }
+
     /// The versions of the manifests `store` holds, in order.
     async fn versions(store: &Store) -> Vec<u64> {
-        let dir = paths::manifest_dir(&store.root);
-        let mut v: Vec<u64> = store
-            .object_store
-            .list(Some(&dir))
-            .map_ok(|m| paths::manifest_version(&m.location).unwrap())
-            .try_collect()
-            .await
-            .unwrap();
-        v.sort();
-        v
+        let listed = store.list_versions().await.unwrap();
+        listed.into_iter().map(|(v, _)| v).collect()
     }
 
     #[tokio::test]
@@ -2755,8 +2761,7 @@ mod tests {
             commit_host_rows(&store, n as usize).await;
             assert_eq!(versions(&store).await, [n - 1, n]);
         }
-        let m = store.manifest().await.unwrap();
-        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (5, 15));
+        assert_eq!(newest(&store).await, (5, 15));
         // A version removed is an error that says so.
         let gone = store.manifest_at(2).await.unwrap_err();
         assert!(
@@ -2778,10 +2783,7 @@ mod tests {
         let slow = slow.with_manifest_grace(Duration::ZERO);
         commit_host_rows(&slow, 4).await;
         assert_eq!(versions(&slow).await, [3, 4]);
-        assert_eq!(
-            slow.manifest().await.unwrap().rows_of(Table::HostWindows),
-            10
-        );
+        assert_eq!(newest(&slow).await, (4, 10));
     }
 
     #[tokio::test]
@@ -2792,13 +2794,7 @@ mod tests {
         let store = Store::open("memory://")
             .unwrap()
             .with_manifest_grace(Duration::ZERO);
-        let other = Store::new(
-            store.object_store(),
-            store.base_url().clone(),
-            store.root.clone(),
-            "other".into(),
-        )
-        .with_manifest_grace(Duration::ZERO);
+        let other = another_process(&store, "other").with_manifest_grace(Duration::ZERO);
         commit_host_rows(&store, 1).await;
         let first = other.manifest().await.unwrap();
         assert_eq!(first.version, 1);
@@ -2809,26 +2805,19 @@ mod tests {
             commit_host_rows(&store, n).await;
         }
         assert_eq!(versions(&store).await, [3, 4]);
-        let m = other.manifest().await.unwrap();
-        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (4, 10));
+        assert_eq!(newest(&other).await, (4, 10));
         // A process that trusts its kept version 4 past the removal of
         // version 5 (its clock stopped while the machine slept; here, its
         // longer grace): its commit goes after the newest listed, not as
         // version 5 again, which nobody would read.
-        let late = Store::new(
-            store.object_store(),
-            store.base_url().clone(),
-            store.root.clone(),
-            "late".into(),
-        );
+        let late = another_process(&store, "late");
         assert_eq!(late.manifest().await.unwrap().version, 4);
         for n in [5, 6, 7] {
             commit_host_rows(&store, n).await;
         }
         assert_eq!(versions(&store).await, [6, 7]);
         commit_host_rows(&late, 8).await;
-        let m = store.manifest().await.unwrap();
-        assert_eq!((m.version, m.rows_of(Table::HostWindows)), (8, 36));
+        assert_eq!(newest(&store).await, (8, 36));
     }
 
     #[tokio::test]
@@ -2845,10 +2834,7 @@ mod tests {
         tokio::time::sleep(grace + Duration::from_millis(100)).await;
         commit_host_rows(&store, 4).await;
         assert_eq!(versions(&store).await, [3, 4]);
-        assert_eq!(
-            store.manifest().await.unwrap().rows_of(Table::HostWindows),
-            10
-        );
+        assert_eq!(newest(&store).await, (4, 10));
     }
 
     #[tokio::test]
