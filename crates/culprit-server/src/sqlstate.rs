@@ -184,7 +184,7 @@ fn external_code(e: &(dyn std::error::Error + Send + Sync + 'static)) -> &'stati
 pub(crate) fn store_code(e: &StoreError) -> &'static str {
     match e {
         // A data file the store did not write (or an older layout).
-        StoreError::ForeignSchema { .. } => DATA_CORRUPTED,
+        StoreError::ForeignSchema { .. } | StoreError::CorruptFiles { .. } => DATA_CORRUPTED,
         StoreError::ManifestGone { .. } => SNAPSHOT_TOO_OLD,
         StoreError::UserTable { code, .. } => match code {
             UserTableProblem::Exists => DUPLICATE_TABLE,
@@ -281,6 +281,11 @@ mod tests {
             table: "tasks".into(),
             column: "host".into(),
             problem: "is missing".into(),
+        }));
+        assert_eq!(classify(&e).0, DATA_CORRUPTED);
+        let e = DataFusionError::External(Box::new(culprit_store::StoreError::CorruptFiles {
+            what: "3 files of table host_windows".into(),
+            reason: "their footers count 30 rows, their merge read 29".into(),
         }));
         assert_eq!(classify(&e).0, DATA_CORRUPTED);
         let e = DataFusionError::External(Box::new(CulpritError::Store(

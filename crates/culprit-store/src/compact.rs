@@ -23,10 +23,11 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use culprit_core::Table;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use crate::manifest::DataFile;
+use crate::store::{KeyedFile, KeyedGroup};
 use crate::{paths, Result, Store};
 
 /// What `culprit compact` does.
@@ -39,6 +40,11 @@ pub struct CompactOptions {
     pub min_files: usize,
     /// Retired files are removed once retired this long.
     pub grace: Duration,
+    /// Rows of a time table merged in order of time are read and sorted
+    /// this many at a time (a slice of time; two slices are in work at
+    /// once, each read and sorted: memory holds about four times that
+    /// many rows).
+    pub slice_rows: u64,
 }
 
 impl Default for CompactOptions {
@@ -47,9 +53,16 @@ impl Default for CompactOptions {
             small_bytes: 32 << 20,
             min_files: 2,
             grace: Duration::from_secs(600),
+            slice_rows: SLICE_ROWS,
         }
     }
 }
+
+/// Rows of a time slice of a compaction ([`CompactOptions::slice_rows`]).
+/// The 1e7-task store's compaction peaked at 205 MiB with 64 Ki (35 s),
+/// 602 MiB with 256 Ki (32 s), against 138 MiB and 30 s merging file
+/// after file (docs/performance.md).
+pub const SLICE_ROWS: u64 = 64 << 10;
 
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,6 +83,9 @@ pub struct CompactReport {
     /// Whether the query index was rebuilt from the stored tasks (a store
     /// written before it, or before it recorded first launches).
     pub index_rebuilt: bool,
+    /// Groups of a time table's files merged in order of time (the others
+    /// are merged file after file).
+    pub time_ordered: usize,
 }
 
 impl CompactReport {
@@ -122,7 +138,194 @@ pub(crate) fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBa
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
+/// A group of a time table's files to merge in order of time: their row
+/// groups by sort key, and the slices of time to read one after another.
+struct TimeOrder {
+    files: Vec<KeyedFile>,
+    /// Inclusive ranges of the sort key, in order, covering every value.
+    slices: Vec<(i64, i64)>,
+}
+
+impl TimeOrder {
+    /// Rows of the files, by their footers.
+    fn rows(&self) -> u64 {
+        self.files
+            .iter()
+            .flat_map(|f| &f.groups)
+            .map(|g| g.rows)
+            .sum()
+    }
+}
+
+/// Cuts the sort key's range into slices of about `slice_rows` rows
+/// (each from the least key of a row group, by the groups' statistics):
+/// inclusive ranges, in order, from `i64::MIN` to `i64::MAX`. `None` when
+/// reading slice after slice would decode a row group too many times (more
+/// than three times the rows in all, or more than four times the larger of
+/// a slice and a row group in one slice): files whose row groups each span
+/// much of the time, as an older culprit wrote. Those are merged file
+/// after file.
+fn time_slices(groups: &[KeyedGroup], slice_rows: u64) -> Option<Vec<(i64, i64)>> {
+    let mut by_min: Vec<&KeyedGroup> = groups.iter().collect();
+    by_min.sort_by_key(|g| g.min);
+    let mut bounds = vec![i64::MIN];
+    // A slice is cut only where the least key changes, so that the groups
+    // of one least key are counted in the slice they start.
+    let mut previous = by_min.first().map_or(i64::MIN, |g| g.min);
+    let mut rows = 0u64;
+    for g in by_min {
+        if rows >= slice_rows.max(1) && g.min > previous {
+            bounds.push(g.min);
+            rows = 0;
+        }
+        previous = g.min;
+        rows += g.rows;
+    }
+    let mut slices: Vec<(i64, i64)> = bounds.windows(2).map(|w| (w[0], w[1] - 1)).collect();
+    slices.push((*bounds.last().expect("one bound at least"), i64::MAX));
+    let total: u64 = groups.iter().map(|g| g.rows).sum();
+    let largest = groups.iter().map(|g| g.rows).max().unwrap_or(0);
+    let mut decoded = 0u64;
+    for &(from, to) in &slices {
+        let slice: u64 = groups
+            .iter()
+            .filter(|g| g.min <= to && g.max >= from)
+            .map(|g| g.rows)
+            .sum();
+        if slice > 4 * slice_rows.max(largest) {
+            return None;
+        }
+        decoded += slice;
+    }
+    (decoded <= 3 * total).then_some(slices)
+}
+
+/// The rows of `batch` whose `key` is within `[from, to]`.
+fn within(batch: RecordBatch, key: &str, from: i64, to: i64) -> Result<RecordBatch> {
+    use arrow::array::{AsArray, BooleanArray};
+    use arrow::datatypes::TimestampMicrosecondType;
+    let Some(keys) = batch
+        .column_by_name(key)
+        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
+    else {
+        // Not after `conform`, which gives the column its stored type.
+        return Err(crate::StoreError::CorruptFiles {
+            what: format!("rows merged in order of {key}"),
+            reason: "the column is not a time".into(),
+        });
+    };
+    if keys.values().iter().all(|&k| from <= k && k <= to) {
+        return Ok(batch);
+    }
+    let keep: BooleanArray = keys
+        .values()
+        .iter()
+        .map(|&k| Some(from <= k && k <= to))
+        .collect();
+    Ok(arrow::compute::filter_record_batch(&batch, &keep)?)
+}
+
+/// `batches`' rows in order of `table`'s sort key (stable), in batches of
+/// at most 64 Ki rows. CPU work: call it on the blocking pool.
+fn sorted(table: Table, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+    let rows: crate::store::Rows = batches
+        .iter()
+        .enumerate()
+        .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r)))
+        .collect();
+    let order = crate::store::sort_by_start(table, &batches, rows);
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    order
+        .chunks(64 << 10)
+        .map(|chunk| Ok(arrow::compute::interleave_record_batch(&refs, chunk)?))
+        .collect()
+}
+
 impl Store {
+    /// How to merge `files` (of a time table sorted by `key`) in order of
+    /// time, from their footers: `None` when a file's statistics cannot
+    /// place its rows ([`Store::keyed_groups`]) or its row groups span too
+    /// much time ([`time_slices`]).
+    async fn time_order(
+        &self,
+        files: &[DataFile],
+        key: &str,
+        slice_rows: u64,
+    ) -> Result<Option<TimeOrder>> {
+        // Owned futures (borrowed ones make the compaction's future not
+        // `Send` for every lifetime, as `tokio::spawn` needs).
+        let keyed: Vec<Option<KeyedFile>> = futures::stream::iter(files.to_vec())
+            .map(|f| {
+                let (store, key) = (self.clone(), key.to_string());
+                async move { store.keyed_groups(&f, &key).await }
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        let Some(files) = keyed.into_iter().collect::<Option<Vec<KeyedFile>>>() else {
+            return Ok(None);
+        };
+        let groups: Vec<KeyedGroup> = files.iter().flat_map(|f| f.groups.clone()).collect();
+        Ok(time_slices(&groups, slice_rows).map(|slices| TimeOrder { files, slices }))
+    }
+
+    /// The rows of `order`'s files in order of time: slice after slice,
+    /// the row groups that may hold a slice's rows are read (ranged reads),
+    /// its rows kept and sorted. Memory holds one slice's rows.
+    fn time_ordered(
+        &self,
+        table: Table,
+        order: TimeOrder,
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+        let key = crate::layout::sort_key(table.name()).unwrap_or_default();
+        let files = std::sync::Arc::new(order.files);
+        let store = self.clone();
+        // The next slice is read and sorted on a task of its own while
+        // this one is encoded: both cores work, memory holds one slice
+        // more.
+        futures::stream::iter(order.slices)
+            .map(move |(from, to)| {
+                let (store, files) = (store.clone(), files.clone());
+                tokio::spawn(async move {
+                    let schema = table.schema();
+                    let mut batches = Vec::new();
+                    let mut read = futures::stream::iter(0..files.len())
+                        .map(|i| {
+                            let (store, files) = (store.clone(), files.clone());
+                            async move {
+                                let f = &files[i];
+                                let groups: Vec<usize> = f
+                                    .groups
+                                    .iter()
+                                    .filter(|g| g.min <= to && g.max >= from)
+                                    .map(|g| g.group)
+                                    .collect();
+                                if groups.is_empty() {
+                                    return Ok(futures::stream::empty().boxed());
+                                }
+                                store.read_groups(f, groups).await
+                            }
+                        })
+                        .buffered(4)
+                        .try_flatten();
+                    while let Some(b) = read.try_next().await? {
+                        let b = within(conform(b, &schema)?, key, from, to)?;
+                        if b.num_rows() > 0 {
+                            batches.push(b);
+                        }
+                    }
+                    tokio::task::spawn_blocking(move || sorted(table, batches))
+                        .await
+                        .map_err(|e| crate::StoreError::Worker(e.to_string()))?
+                })
+            })
+            .buffered(2)
+            .map(|joined| joined.map_err(|e| crate::StoreError::Worker(e.to_string()))?)
+            .map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed()
+    }
+
     /// Whether the query index of `manifest` must be rebuilt from the
     /// stored tasks for readers to use it whole: it does not add up to the
     /// stored tasks (a store written before it, or appended to by a culprit
@@ -204,9 +407,42 @@ impl Store {
             let schema = table.schema();
             report.bytes_before += files.iter().map(|f| f.bytes).sum::<u64>();
             *report.merged.entry(table.name().to_string()).or_insert(0) += files.len();
-            let rows = self.scan_files(files.clone(), None).map({
-                let schema = schema.clone();
-                move |b| b.and_then(|b| conform(b, &schema))
+            let order = match crate::layout::sort_key(table.name()) {
+                Some(key) => match self.time_order(&files, key, opts.slice_rows).await {
+                    Ok(order) => order,
+                    Err(e) => {
+                        batch.abort().await;
+                        return Err(e);
+                    }
+                },
+                None => None,
+            };
+            let expected: u64 = match &order {
+                Some(order) => order.rows(),
+                None => files.iter().map(|f| f.rows).sum(),
+            };
+            let rows = match order {
+                Some(order) => {
+                    report.time_ordered += 1;
+                    self.time_ordered(table, order)
+                }
+                None => self
+                    .scan_files(files.clone(), None)
+                    .map({
+                        let schema = schema.clone();
+                        move |b| b.and_then(|b| conform(b, &schema))
+                    })
+                    .boxed(),
+            };
+            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let rows = rows.inspect({
+                let counted = counted.clone();
+                move |b| {
+                    if let Ok(b) = b {
+                        counted
+                            .fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
             });
             let id = batch.id().to_string();
             let result = batch
@@ -214,6 +450,18 @@ impl Store {
                     paths::data_file(table, &id, part)
                 })
                 .await;
+            let written = counted.load(std::sync::atomic::Ordering::Relaxed);
+            let result = result.and_then(|()| {
+                if written == expected {
+                    return Ok(());
+                }
+                Err(crate::StoreError::CorruptFiles {
+                    what: format!("{} files of table {}", files.len(), table.name()),
+                    reason: format!(
+                        "their footers count {expected} rows, their merge read {written}: nothing was changed"
+                    ),
+                })
+            });
             if let Err(e) = result {
                 batch.abort().await;
                 return Err(e);
@@ -275,5 +523,187 @@ impl Store {
         let info = batch.commit().await?;
         report.version = Some(info.version);
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, ArrayRef, Float64Array, StringArray, TimestampMicrosecondArray};
+    use std::sync::Arc;
+
+    fn group(min: i64, max: i64, rows: u64) -> KeyedGroup {
+        KeyedGroup {
+            group: 0,
+            min,
+            max,
+            rows,
+        }
+    }
+
+    #[test]
+    fn time_slices_cut_at_row_groups_and_refuse_wide_ones() {
+        // Two files over the same hour, each in narrow row groups of 100
+        // rows (10 minutes each): slices of at least 250 rows start at a
+        // row group's least key and cover every key.
+        let minute = 60_000_000i64;
+        let mut groups = Vec::new();
+        for _file in 0..2 {
+            for g in 0..6 {
+                groups.push(group(g * 10 * minute, (g * 10 + 9) * minute, 100));
+            }
+        }
+        let slices = time_slices(&groups, 250).unwrap();
+        assert_eq!(
+            slices,
+            [
+                (i64::MIN, 20 * minute - 1),
+                (20 * minute, 40 * minute - 1),
+                (40 * minute, i64::MAX)
+            ]
+        );
+        // Every slice reads 400 of the 1,200 rows: each row group once.
+        // Row groups that each span the whole hour (files not sorted by
+        // time): one slice would hold all 1,200 rows at once.
+        let wide =
+            |n: usize| -> Vec<KeyedGroup> { (0..n).map(|_| group(0, 60 * minute, 100)).collect() };
+        assert_eq!(time_slices(&wide(12), 250), None);
+        assert_eq!(
+            time_slices(&wide(12), 300),
+            Some(vec![(i64::MIN, i64::MAX)])
+        );
+        // Beside an hour of one-minute groups, every slice reads the wide
+        // groups again: with 7 of them more than three times the rows in
+        // all, with one not.
+        let narrow: Vec<KeyedGroup> = (0..60)
+            .map(|m| group(m * minute, (m + 1) * minute - 1, 100))
+            .collect();
+        let with =
+            |n: usize| -> Vec<KeyedGroup> { narrow.iter().copied().chain(wide(n)).collect() };
+        assert_eq!(time_slices(&with(7), 250), None);
+        let slices = time_slices(&with(1), 250).unwrap();
+        assert_eq!(slices.len(), 21);
+        assert_eq!(slices[1], (2 * minute, 5 * minute - 1));
+        // No rows: one slice, nothing read.
+        assert_eq!(time_slices(&[], 250), Some(vec![(i64::MIN, i64::MAX)]));
+    }
+
+    /// `host_windows` rows of `hosts`, a window a second from `t0`, `n` each.
+    fn host_rows(hosts: &[&str], t0: i64, n: i64) -> RecordBatch {
+        let mut host = Vec::new();
+        let mut start = Vec::new();
+        for h in hosts {
+            for i in 0..n {
+                host.push(*h);
+                start.push(t0 + i * 1_000_000);
+            }
+        }
+        let end: Vec<i64> = start.iter().map(|s| s + 1_000_000).collect();
+        let used: Vec<f64> = (0..host.len()).map(|i| i as f64).collect();
+        let rows = host.len();
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(host)),
+            Arc::new(TimestampMicrosecondArray::from(start).with_timezone("UTC")),
+            Arc::new(TimestampMicrosecondArray::from(end).with_timezone("UTC")),
+            Arc::new(StringArray::from(vec!["cpu"; rows])),
+            Arc::new(Float64Array::from(vec![Some(4.0); rows])),
+            Arc::new(Float64Array::from(used)),
+            Arc::new(StringArray::from(vec![None::<&str>; rows])),
+        ];
+        RecordBatch::try_new(Table::HostWindows.schema(), cols).unwrap()
+    }
+
+    /// Every row of `batches` as text (host, start, used), in order.
+    fn rows_of(batches: &[RecordBatch]) -> Vec<(String, i64, u64)> {
+        use arrow::array::AsArray;
+        let mut out = Vec::new();
+        for b in batches {
+            let host = b.column_by_name("host").unwrap().as_string::<i32>();
+            let start = b
+                .column_by_name("window_start")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+            let used = b
+                .column_by_name("used")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::Float64Type>();
+            for i in 0..b.num_rows() {
+                assert!(used.is_valid(i));
+                out.push((
+                    host.value(i).to_string(),
+                    start.value(i),
+                    used.value(i).to_bits(),
+                ));
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn time_tables_are_merged_in_order_of_time() {
+        // Host metrics come host by host: each ingest holds a few hosts over
+        // the whole time, so each of its files spans all of it. Merged file
+        // after file, the rows of any minute lie in every part of the
+        // merged file; merged in order of time, in one stretch.
+        let store = Store::open("memory://").unwrap();
+        let t0 = 1_700_000_000_000_000i64;
+        let mut input = Vec::new();
+        // Each ingest starts 777 s after the one before: slices then cut
+        // through row groups, whose rows outside the slice are left for
+        // the next.
+        for (k, hosts) in [["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
+            .iter()
+            .enumerate()
+        {
+            let rows = host_rows(hosts, t0 + k as i64 * 777_000_000, 5_000);
+            input.extend(rows_of(std::slice::from_ref(&rows)));
+            let mut batch = store.begin();
+            batch.write(Table::HostWindows, &[rows]).await.unwrap();
+            batch.commit().await.unwrap();
+        }
+        let before = store.manifest().await.unwrap();
+        assert_eq!(before.files_named("host_windows").count(), 3);
+        let opts = CompactOptions {
+            slice_rows: 7_000,
+            ..CompactOptions::default()
+        };
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!(report.rows, 30_000);
+        let after = store.manifest().await.unwrap();
+        let files: Vec<DataFile> = after.files_named("host_windows").cloned().collect();
+        assert_eq!(files.len(), 1);
+        let merged: Vec<RecordBatch> = store
+            .scan_files(files.clone(), None)
+            .try_collect()
+            .await
+            .unwrap();
+        let got = rows_of(&merged);
+        // Every row, once (the input's rows, sorted the same way).
+        let mut want = input.clone();
+        want.sort();
+        let mut have = got.clone();
+        have.sort();
+        assert!(have == want, "the merged rows are not the input's");
+        // In order of time, and the input's order among rows of the same
+        // second (the ingests' order: h1 before h3 before h5).
+        let mut by_time = input;
+        by_time.sort_by_key(|r| r.1);
+        let first_out_of_order = got.iter().zip(&by_time).position(|(a, b)| a != b);
+        assert_eq!(first_out_of_order, None, "rows not in order of time");
+        assert_eq!(report.time_ordered, 1);
+        assert_eq!(
+            files[0].window_span,
+            Some([t0, t0 + (2 * 777 + 5_000) * 1_000_000])
+        );
+        // The row groups of the merged file follow each other in time.
+        let keyed = store
+            .keyed_groups(&files[0], "window_start")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(keyed.groups.len(), 8);
+        for w in keyed.groups.windows(2) {
+            assert!(w[0].max <= w[1].min, "{w:?}");
+        }
     }
 }

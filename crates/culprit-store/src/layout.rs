@@ -80,6 +80,13 @@ pub fn time_columns(table: &str) -> Option<(&'static [&'static str], &'static st
     }
 }
 
+/// The column a time table's rows are sorted by in its files: the first
+/// of its start columns (a task's launch time, a window's start). `None`
+/// for the other tables.
+pub fn sort_key(table: &str) -> Option<&'static str> {
+    time_columns(table).and_then(|(starts, _)| starts.first().copied())
+}
+
 /// Rows per Parquet row group: small for the time tables, so that a time
 /// range reads little more than its rows; large for the others.
 ///

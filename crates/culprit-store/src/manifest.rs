@@ -184,6 +184,23 @@ impl UserTable {
 }
 
 impl Manifest {
+    /// Drops the records of batches none of whose files is listed any more
+    /// (merged by a compaction, expired, replaced, or a statement that
+    /// wrote none), but the newest `keep`: the records' only reader is the
+    /// expiry of a report's history by its files' batches, and otherwise a
+    /// store committed to every few seconds (a scheduled report) would
+    /// carry a record of every commit in every manifest.
+    pub fn prune_batches(&mut self, keep: usize) {
+        let listed: std::collections::HashSet<&str> =
+            self.files.iter().map(|f| f.batch.as_str()).collect();
+        let first_kept = self.batches.len().saturating_sub(keep);
+        let mut at = 0;
+        self.batches.retain(|b| {
+            at += 1;
+            at > first_kept || listed.contains(b.id.as_str())
+        });
+    }
+
     /// The newest format this culprit reads and writes. Format 2 adds
     /// `user_tables`; a store without user tables is still written as
     /// format 1, so older culprits keep reading it, while one with user

@@ -69,6 +69,11 @@ pub const MANIFEST_GRACE: Duration = Duration::from_secs(15 * 60);
 /// next commits): a store written before they were removed may hold many.
 const MANIFESTS_REMOVED: usize = 1_000;
 
+/// Batch records a manifest keeps whatever their files
+/// ([`Manifest::prune_batches`]): the newest, for whoever reads the
+/// manifest to see what was committed lately.
+const BATCHES_KEPT: usize = 100;
+
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.display)
@@ -643,6 +648,92 @@ impl Store {
         Ok(futures::stream::iter(batches.into_iter().map(Ok)).boxed())
     }
 
+    /// A stored file's footer and its row groups by `key`, a time column
+    /// its rows are sorted by ([`crate::layout::sort_key`]), from the
+    /// row groups' statistics (the footer only; no row is read). `None`
+    /// when a row group lacks the column's minimum, maximum or null count,
+    /// or holds a NULL in it: its rows cannot be placed in time unread.
+    pub(crate) async fn keyed_groups(
+        &self,
+        file: &DataFile,
+        key: &str,
+    ) -> Result<Option<KeyedFile>> {
+        use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+        let path = self.path(&file.path);
+        let name = path.to_string();
+        let reader = Ranged {
+            store: self.object_store.clone(),
+            path,
+            footer: None,
+        };
+        let builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(|source| StoreError::Parquet { path: name, source })?;
+        let footer = builder.metadata().clone();
+        let Some(column) = builder
+            .parquet_schema()
+            .columns()
+            .iter()
+            .position(|d| d.name() == key)
+        else {
+            return Ok(None);
+        };
+        let mut groups = Vec::with_capacity(footer.num_row_groups());
+        for (group, rg) in footer.row_groups().iter().enumerate() {
+            let stats = rg.column(column).statistics();
+            let (Some(min), Some(max), Some(0)) = (
+                i64_stat(stats, false),
+                i64_stat(stats, true),
+                stats.and_then(|s| s.null_count_opt()),
+            ) else {
+                return Ok(None);
+            };
+            groups.push(KeyedGroup {
+                group,
+                min,
+                max,
+                rows: u64::try_from(rg.num_rows()).unwrap_or(0),
+            });
+        }
+        Ok(Some(KeyedFile {
+            file: file.clone(),
+            footer,
+            groups,
+        }))
+    }
+
+    /// Streams the row groups `groups` of a file whose footer was read
+    /// ([`Store::keyed_groups`]), every column, by ranged reads.
+    pub(crate) async fn read_groups(
+        &self,
+        file: &KeyedFile,
+        groups: Vec<usize>,
+    ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+        use futures::StreamExt;
+        use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+        let path = self.path(&file.file.path);
+        let name = path.to_string();
+        let perr = move |source| StoreError::Parquet {
+            path: name.clone(),
+            source,
+        };
+        let reader = Ranged {
+            store: self.object_store.clone(),
+            path,
+            footer: Some(file.footer.clone()),
+        };
+        let builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(&perr)?;
+        check_schema(&file.file.path, &file.file.table, builder.schema(), None)?;
+        let stream = builder
+            .with_batch_size(64 * 1024)
+            .with_row_groups(groups)
+            .build()
+            .map_err(&perr)?;
+        Ok(stream.map(move |r| r.map_err(&perr)).boxed())
+    }
+
     /// The query index of `manifest` ([`crate::layout::QUERY_SPANS`]): per
     /// query, the earliest and latest time of its tasks, their number and
     /// their earliest launch, over every batch. `None` when some stored
@@ -882,6 +973,23 @@ fn i64_stat(stats: Option<&parquet::file::statistics::Statistics>, max: bool) ->
     }
 }
 
+/// A stored file of a time table with its footer and its row groups by
+/// their sort key ([`Store::keyed_groups`]).
+pub(crate) struct KeyedFile {
+    pub file: DataFile,
+    pub footer: Arc<parquet::file::metadata::ParquetMetaData>,
+    pub groups: Vec<KeyedGroup>,
+}
+
+/// A row group by the least and greatest value of its sort key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyedGroup {
+    pub group: usize,
+    pub min: i64,
+    pub max: i64,
+    pub rows: u64,
+}
+
 /// A Parquet file encoded in memory, not yet written.
 struct Encoded {
     bytes: bytes::Bytes,
@@ -915,19 +1023,18 @@ pub fn encoders() -> usize {
 }
 
 /// Rows of a write, by place: (batch, row).
-type Rows = Vec<(usize, usize)>;
+pub(crate) type Rows = Vec<(usize, usize)>;
 
 /// `rows` sorted by their start (a time table; stable: rows of the same
 /// start keep their order). Other tables' rows are returned as they are.
-fn sort_by_start(table: Table, batches: &[RecordBatch], rows: Rows) -> Rows {
+pub(crate) fn sort_by_start(table: Table, batches: &[RecordBatch], rows: Rows) -> Rows {
     use arrow::array::Array;
-    let Some((starts, _)) = crate::layout::time_columns(table.name()) else {
-        return rows;
-    };
     let Some(first) = batches.first() else {
         return rows;
     };
-    let Some(column) = starts.iter().find(|c| first.column_by_name(c).is_some()) else {
+    let Some(column) =
+        crate::layout::sort_key(table.name()).filter(|c| first.column_by_name(c).is_some())
+    else {
         return rows;
     };
     let keys: Vec<Option<&arrow::array::TimestampMicrosecondArray>> =
@@ -2143,6 +2250,7 @@ impl PendingBatch {
                 rows: rows.clone(),
                 kind: self.kind.map(str::to_string),
             });
+            manifest.prune_batches(BATCHES_KEPT);
             let body = serde_json::to_vec_pretty(&manifest).expect("manifest serializes");
             let location = paths::manifest(&self.store.root, version);
             let opts = PutOptions {
@@ -2737,6 +2845,47 @@ mod tests {
     async fn versions(store: &Store) -> Vec<u64> {
         let listed = store.list_versions().await.unwrap();
         listed.into_iter().map(|(v, _)| v).collect()
+    }
+
+    #[tokio::test]
+    async fn records_of_batches_whose_files_are_gone_are_dropped() {
+        // 104 ingests, then a compaction that merges their files into its
+        // own: the manifest keeps the newest 100 records (the compaction's
+        // among them) and those of batches with a file listed, not 105.
+        let store = Store::open("memory://").unwrap();
+        for n in 1..=104 {
+            commit_host_rows(&store, n).await;
+        }
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.batches.len(), 104, "every batch has its file");
+        let ingests: Vec<String> = m.batches.iter().map(|b| b.id.clone()).collect();
+        let report = store
+            .compact(&crate::CompactOptions::default(), |_, _| {})
+            .await
+            .unwrap();
+        assert_eq!(report.files_merged(), 104);
+        let m = store.manifest().await.unwrap();
+        let kept: Vec<String> = m.batches.iter().map(|b| b.id.clone()).collect();
+        assert_eq!(kept.len(), BATCHES_KEPT);
+        assert_eq!(kept[..99], ingests[5..]);
+        assert_eq!(m.batches.last().unwrap().kind.as_deref(), Some("compact"));
+        let files: std::collections::HashSet<&str> =
+            m.files.iter().map(|f| f.batch.as_str()).collect();
+        assert_eq!(files.len(), 1);
+        assert!(files.contains(kept[99].as_str()));
+        // A batch with a file listed keeps its record however old.
+        let mut m = Manifest::clone(&m);
+        m.files[0].batch = ingests[0].clone();
+        m.batches.insert(
+            0,
+            BatchInfo {
+                id: ingests[0].clone(),
+                ..m.batches[0].clone()
+            },
+        );
+        m.prune_batches(3);
+        let ids: Vec<&str> = m.batches.iter().map(|b| b.id.as_str()).collect();
+        assert_eq!(ids, [ingests[0].as_str(), &kept[97], &kept[98], &kept[99]]);
     }
 
     #[tokio::test]
