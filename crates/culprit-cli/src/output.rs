@@ -55,6 +55,15 @@ pub fn compact_summary(r: &culprit_store::CompactReport, took: std::time::Durati
     } else {
         String::new()
     };
+    if r.time_ordered + r.file_order > 0 {
+        removed.push_str(&format!(
+            "; time tables: {} groups merged in order of time",
+            r.time_ordered
+        ));
+        if r.file_order > 0 {
+            removed.push_str(&format!(", {} file after file", r.file_order));
+        }
+    }
     if r.index_rebuilt {
         removed.push_str("; query index rebuilt from the tasks");
     }

@@ -64,6 +64,11 @@ impl Default for CompactOptions {
 /// after file (docs/performance.md).
 pub const SLICE_ROWS: u64 = 64 << 10;
 
+/// How much larger than [`CompactOptions::slice_rows`] a compaction makes
+/// its slices when its files' row groups overlap too much in time for
+/// smaller ones ([`time_slices`]).
+const MAX_SLICE_GROWTH: u64 = 16;
+
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompactReport {
@@ -83,9 +88,12 @@ pub struct CompactReport {
     /// Whether the query index was rebuilt from the stored tasks (a store
     /// written before it, or before it recorded first launches).
     pub index_rebuilt: bool,
-    /// Groups of a time table's files merged in order of time (the others
-    /// are merged file after file).
+    /// Groups of a time table's files merged in order of time.
     pub time_ordered: usize,
+    /// Groups of a time table's files merged file after file: their
+    /// footers cannot place their rows in time, or their row groups span
+    /// too much of it even in the largest slices.
+    pub file_order: usize,
 }
 
 impl CompactReport {
@@ -136,6 +144,27 @@ pub(crate) fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBa
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// A task's handle that stops the task when dropped: a compaction
+/// dropped (a server stopping) or failed reads no slice ahead for nothing.
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> std::future::Future for Aborting<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A group of a time table's files to merge in order of time: their row
@@ -266,12 +295,32 @@ impl Store {
             return Ok(None);
         };
         let groups: Vec<KeyedGroup> = files.iter().flat_map(|f| f.groups.clone()).collect();
-        Ok(time_slices(&groups, slice_rows).map(|slices| TimeOrder { files, slices }))
+        // Many files over the same time make every slice cut through a
+        // row group of each: larger slices then, up to 16 times the size
+        // asked for, before merging file after file. CPU work (a pass over
+        // the row groups per slice): on the blocking pool.
+        let slices = tokio::task::spawn_blocking(move || {
+            let mut rows = slice_rows.max(1);
+            loop {
+                if let Some(slices) = time_slices(&groups, rows) {
+                    return Some(slices);
+                }
+                if rows >= slice_rows.max(1).saturating_mul(MAX_SLICE_GROWTH) {
+                    return None;
+                }
+                rows = rows.saturating_mul(2);
+            }
+        })
+        .await
+        .map_err(|e| crate::StoreError::Worker(e.to_string()))?;
+        Ok(slices.map(|slices| TimeOrder { files, slices }))
     }
 
     /// The rows of `order`'s files in order of time: slice after slice,
     /// the row groups that may hold a slice's rows are read (ranged reads),
-    /// its rows kept and sorted. Memory holds one slice's rows.
+    /// its rows kept and sorted. Two slices are in work at once (one
+    /// being encoded by the caller, the next read and sorted): memory
+    /// holds about four slices' rows.
     fn time_ordered(
         &self,
         table: Table,
@@ -286,7 +335,7 @@ impl Store {
         futures::stream::iter(order.slices)
             .map(move |(from, to)| {
                 let (store, files) = (store.clone(), files.clone());
-                tokio::spawn(async move {
+                Aborting(tokio::spawn(async move {
                     let schema = table.schema();
                     let mut batches = Vec::new();
                     let mut read = futures::stream::iter(0..files.len())
@@ -317,13 +366,66 @@ impl Store {
                     tokio::task::spawn_blocking(move || sorted(table, batches))
                         .await
                         .map_err(|e| crate::StoreError::Worker(e.to_string()))?
-                })
+                }))
             })
             .buffered(2)
             .map(|joined| joined.map_err(|e| crate::StoreError::Worker(e.to_string()))?)
             .map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
             .try_flatten()
             .boxed()
+    }
+
+    /// Writes the rows of `files` (one group of `table`, of host bucket
+    /// `bucket`) into new files of `batch`: in order of time by `order`,
+    /// else file after file. The rows written are counted against what
+    /// the files hold (their footers in order of time, the manifest's
+    /// counts else): a difference is [`crate::StoreError::CorruptFiles`].
+    async fn merge_group(
+        &self,
+        batch: &mut crate::PendingBatch,
+        table: Table,
+        bucket: Option<u32>,
+        files: &[DataFile],
+        order: Option<TimeOrder>,
+    ) -> Result<()> {
+        let schema = table.schema();
+        let (expected, held) = match &order {
+            Some(order) => (order.rows(), "their footers count"),
+            None => (files.iter().map(|f| f.rows).sum(), "the manifest counts"),
+        };
+        let rows = match order {
+            Some(order) => self.time_ordered(table, order),
+            None => self
+                .scan_files(files.to_vec(), None)
+                .map({
+                    let schema = schema.clone();
+                    move |b| b.and_then(|b| conform(b, &schema))
+                })
+                .boxed(),
+        };
+        let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let rows = rows.inspect({
+            let counted = counted.clone();
+            move |b| {
+                if let Ok(b) = b {
+                    counted.fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        let id = batch.id().to_string();
+        batch
+            .write_parquet_stream(table.name(), &schema, rows, bucket, |part| {
+                paths::data_file(table, &id, part)
+            })
+            .await?;
+        let written = counted.load(std::sync::atomic::Ordering::Relaxed);
+        if written == expected {
+            return Ok(());
+        }
+        Err(crate::StoreError::CorruptFiles {
+            what: format!("{} files of table {}", files.len(), table.name()),
+            reason: format!("{held} {expected} rows, a merge of them read {written}"),
+        })
     }
 
     /// Whether the query index of `manifest` must be rebuilt from the
@@ -404,7 +506,6 @@ impl Store {
         let total = groups.len();
         progress(0, total);
         for (i, (table, bucket, files)) in groups.into_iter().enumerate() {
-            let schema = table.schema();
             report.bytes_before += files.iter().map(|f| f.bytes).sum::<u64>();
             *report.merged.entry(table.name().to_string()).or_insert(0) += files.len();
             let order = match crate::layout::sort_key(table.name()) {
@@ -417,54 +518,32 @@ impl Store {
                 },
                 None => None,
             };
-            let expected: u64 = match &order {
-                Some(order) => order.rows(),
-                None => files.iter().map(|f| f.rows).sum(),
-            };
-            let rows = match order {
-                Some(order) => {
-                    report.time_ordered += 1;
-                    self.time_ordered(table, order)
-                }
-                None => self
-                    .scan_files(files.clone(), None)
-                    .map({
-                        let schema = schema.clone();
-                        move |b| b.and_then(|b| conform(b, &schema))
-                    })
-                    .boxed(),
-            };
-            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let rows = rows.inspect({
-                let counted = counted.clone();
-                move |b| {
-                    if let Ok(b) = b {
-                        counted
-                            .fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
-            });
-            let id = batch.id().to_string();
-            let result = batch
-                .write_parquet_stream(table.name(), &schema, rows, bucket, |part| {
-                    paths::data_file(table, &id, part)
-                })
+            let mut in_time = order.is_some();
+            let kept = batch.written().len();
+            let mut result = self
+                .merge_group(&mut batch, table, bucket, &files, order)
                 .await;
-            let written = counted.load(std::sync::atomic::Ordering::Relaxed);
-            let result = result.and_then(|()| {
-                if written == expected {
-                    return Ok(());
+            if in_time && matches!(result, Err(crate::StoreError::CorruptFiles { .. })) {
+                // The footers did not place every row in time: the group
+                // again, file after file (its rows then checked against
+                // the manifest's counts).
+                if let Err(e) = &result {
+                    log::warn!("compaction: {e}; merging them file after file");
                 }
-                Err(crate::StoreError::CorruptFiles {
-                    what: format!("{} files of table {}", files.len(), table.name()),
-                    reason: format!(
-                        "their footers count {expected} rows, their merge read {written}: nothing was changed"
-                    ),
-                })
-            });
+                batch.discard_since(kept).await;
+                in_time = false;
+                result = self
+                    .merge_group(&mut batch, table, bucket, &files, None)
+                    .await;
+            }
             if let Err(e) = result {
                 batch.abort().await;
                 return Err(e);
+            }
+            if in_time {
+                report.time_ordered += 1;
+            } else if crate::layout::sort_key(table.name()).is_some() {
+                report.file_order += 1;
             }
             batch.merged_files(table.name(), files.into_iter().map(|f| f.path).collect());
             progress(i + 1, total);
@@ -598,6 +677,11 @@ mod tests {
                 start.push(t0 + i * 1_000_000);
             }
         }
+        host_rows_at(host, start)
+    }
+
+    /// `host_windows` rows of these hosts and starts, a second long.
+    fn host_rows_at(host: Vec<&str>, start: Vec<i64>) -> RecordBatch {
         let end: Vec<i64> = start.iter().map(|s| s + 1_000_000).collect();
         let used: Vec<f64> = (0..host.len()).map(|i| i as f64).collect();
         let rows = host.len();
@@ -705,5 +789,54 @@ mod tests {
         for w in keyed.groups.windows(2) {
             assert!(w[0].max <= w[1].min, "{w:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn files_whose_row_groups_span_all_the_time_are_merged_file_after_file() {
+        // 40 ingests of two rows each, a day apart: every row group spans
+        // the whole day, so every slice would read them all. Slices up to
+        // 16 times larger do not help; the group is merged as before.
+        let store = Store::open("memory://").unwrap();
+        let day = 86_400_000_000i64;
+        let mut input = Vec::new();
+        for i in 0..40i64 {
+            let rows = host_rows_at(vec!["h1", "h2"], vec![i, day + i]);
+            input.extend(rows_of(std::slice::from_ref(&rows)));
+            let mut batch = store.begin();
+            batch.write(Table::HostWindows, &[rows]).await.unwrap();
+            batch.commit().await.unwrap();
+        }
+        let opts = CompactOptions {
+            slice_rows: 1,
+            ..CompactOptions::default()
+        };
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!((report.time_ordered, report.file_order), (0, 1));
+        let files: Vec<DataFile> = store
+            .manifest()
+            .await
+            .unwrap()
+            .files_named("host_windows")
+            .cloned()
+            .collect();
+        assert_eq!(files.len(), 1);
+        let merged: Vec<RecordBatch> = store.scan_files(files, None).try_collect().await.unwrap();
+        // File after file: the input's rows in the input's order.
+        assert!(rows_of(&merged) == input, "not the input's rows in order");
+        // Asked for slices of 5 rows, the compaction makes them 20 (four
+        // times that is the 80 rows every slice reads): in order of time.
+        let store2 = Store::open("memory://").unwrap();
+        for i in 0..40i64 {
+            let mut batch = store2.begin();
+            let rows = host_rows_at(vec!["h1", "h2"], vec![i, day + i]);
+            batch.write(Table::HostWindows, &[rows]).await.unwrap();
+            batch.commit().await.unwrap();
+        }
+        let opts = CompactOptions {
+            slice_rows: 5,
+            ..CompactOptions::default()
+        };
+        let report = store2.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!((report.time_ordered, report.file_order), (1, 0));
     }
 }

@@ -43,9 +43,9 @@ pub enum StoreError {
     /// that panicked or was cancelled: a bug, reported instead of a crash.
     #[error("a worker thread failed: {0}")]
     Worker(String),
-    /// Stored files that do not hold what their footers say (a compaction
-    /// that read a different number of rows than their row groups count):
-    /// the work is refused, nothing is changed.
+    /// Stored files that do not hold the rows their footers or the
+    /// manifest count (a compaction's merge read another number): the
+    /// work is refused, nothing is changed.
     #[error("{what}: {reason}")]
     CorruptFiles { what: String, reason: String },
     #[error("commit conflict: {0} concurrent commits in a row, giving up")]

@@ -87,11 +87,14 @@ impl AutoCompact {
             let started = std::time::Instant::now();
             match store.compact(&opts, |_, _| {}).await {
                 Ok(r) => log::info!(
-                    "background compaction: {} files merged into {} ({} rows), {} retired files \
+                    "background compaction: {} files merged into {} ({} rows; groups of time \
+                     tables: {} in order of time, {} file after file), {} retired files \
                      removed, version {:?}, {:.2} s",
                     r.files_merged(),
                     r.written,
                     r.rows,
+                    r.time_ordered,
+                    r.file_order,
                     r.removed,
                     r.version,
                     started.elapsed().as_secs_f64()

@@ -2297,8 +2297,15 @@ impl PendingBatch {
     }
 
     /// Removes the batch's files (best effort); the store stays as before.
-    pub async fn abort(self) {
-        for f in &self.files {
+    pub async fn abort(mut self) {
+        self.discard_since(0).await;
+    }
+
+    /// Removes the files the batch wrote after its first `kept` (from the
+    /// store, best effort, and from the batch): a compaction that writes
+    /// a group of files again another way.
+    pub(crate) async fn discard_since(&mut self, kept: usize) {
+        for f in self.files.split_off(kept.min(self.files.len())) {
             let path = self.store.path(&f.path);
             match self.store.object_store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
@@ -2845,6 +2852,35 @@ mod tests {
     async fn versions(store: &Store) -> Vec<u64> {
         let listed = store.list_versions().await.unwrap();
         listed.into_iter().map(|(v, _)| v).collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_discards_the_files_it_wrote_after_a_mark() {
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        batch
+            .write(Table::HostWindows, &[host_rows(3)])
+            .await
+            .unwrap();
+        let kept = batch.written().to_vec();
+        batch
+            .write(Table::HostWindows, &[host_rows(5)])
+            .await
+            .unwrap();
+        let discarded = batch.written()[kept.len()..].to_vec();
+        assert!(!discarded.is_empty());
+        batch.discard_since(kept.len()).await;
+        assert_eq!(batch.written(), &kept[..]);
+        for f in &discarded {
+            let gone = store.object_store.head(&store.path(&f.path)).await;
+            assert!(
+                matches!(gone, Err(object_store::Error::NotFound { .. })),
+                "{gone:?}"
+            );
+        }
+        batch.commit().await.unwrap();
+        let (version, rows) = newest(&store).await;
+        assert_eq!((version, rows), (1, 3));
     }
 
     #[tokio::test]
