@@ -231,12 +231,7 @@ fn time_slices(groups: &[KeyedGroup], slice_rows: u64) -> Option<Vec<(i64, i64)>
 
 /// The rows of `batch` whose `key` is within `[from, to]`.
 fn within(batch: RecordBatch, key: &str, from: i64, to: i64) -> Result<RecordBatch> {
-    use arrow::array::{AsArray, BooleanArray};
-    use arrow::datatypes::TimestampMicrosecondType;
-    let Some(keys) = batch
-        .column_by_name(key)
-        .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
-    else {
+    let Some(keys) = crate::store::time_column(&batch, key) else {
         // Not after `conform`, which gives the column its stored type.
         return Err(crate::StoreError::CorruptFiles {
             what: format!("rows merged in order of {key}"),
@@ -246,7 +241,7 @@ fn within(batch: RecordBatch, key: &str, from: i64, to: i64) -> Result<RecordBat
     if keys.values().iter().all(|&k| from <= k && k <= to) {
         return Ok(batch);
     }
-    let keep: BooleanArray = keys
+    let keep: arrow::array::BooleanArray = keys
         .values()
         .iter()
         .map(|&k| Some(from <= k && k <= to))
@@ -257,12 +252,7 @@ fn within(batch: RecordBatch, key: &str, from: i64, to: i64) -> Result<RecordBat
 /// `batches`' rows in order of `table`'s sort key (stable), in batches of
 /// at most 64 Ki rows. CPU work: call it on the blocking pool.
 fn sorted(table: Table, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-    let rows: crate::store::Rows = batches
-        .iter()
-        .enumerate()
-        .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r)))
-        .collect();
-    let order = crate::store::sort_by_start(table, &batches, rows);
+    let order = crate::store::sort_by_start(table, &batches, crate::store::every_row(&batches));
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     order
         .chunks(64 << 10)
@@ -318,54 +308,21 @@ impl Store {
 
     /// The rows of `order`'s files in order of time: slice after slice,
     /// the row groups that may hold a slice's rows are read (ranged reads),
-    /// its rows kept and sorted. Two slices are in work at once (one
-    /// being encoded by the caller, the next read and sorted): memory
-    /// holds about four slices' rows.
+    /// its rows kept and sorted. The next slice is read and sorted on a
+    /// task of its own while the caller encodes one (both cores work):
+    /// memory holds about four slices' rows.
     fn time_ordered(
         &self,
         table: Table,
         order: TimeOrder,
     ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
-        let key = crate::layout::sort_key(table.name()).unwrap_or_default();
         let files = std::sync::Arc::new(order.files);
         let store = self.clone();
-        // The next slice is read and sorted on a task of its own while
-        // this one is encoded: both cores work, memory holds one slice
-        // more.
         futures::stream::iter(order.slices)
-            .map(move |(from, to)| {
+            .map(move |slice| {
                 let (store, files) = (store.clone(), files.clone());
                 Aborting(tokio::spawn(async move {
-                    let schema = table.schema();
-                    let mut batches = Vec::new();
-                    let mut read = futures::stream::iter(0..files.len())
-                        .map(|i| {
-                            let (store, files) = (store.clone(), files.clone());
-                            async move {
-                                let f = &files[i];
-                                let groups: Vec<usize> = f
-                                    .groups
-                                    .iter()
-                                    .filter(|g| g.min <= to && g.max >= from)
-                                    .map(|g| g.group)
-                                    .collect();
-                                if groups.is_empty() {
-                                    return Ok(futures::stream::empty().boxed());
-                                }
-                                store.read_groups(f, groups).await
-                            }
-                        })
-                        .buffered(4)
-                        .try_flatten();
-                    while let Some(b) = read.try_next().await? {
-                        let b = within(conform(b, &schema)?, key, from, to)?;
-                        if b.num_rows() > 0 {
-                            batches.push(b);
-                        }
-                    }
-                    tokio::task::spawn_blocking(move || sorted(table, batches))
-                        .await
-                        .map_err(|e| crate::StoreError::Worker(e.to_string()))?
+                    store.read_slice(table, files, slice).await
                 }))
             })
             .buffered(2)
@@ -373,6 +330,48 @@ impl Store {
             .map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
             .try_flatten()
             .boxed()
+    }
+
+    /// The rows of `files` whose sort key is within `(from, to)`
+    /// (inclusive), sorted: their row groups that may hold such rows read.
+    async fn read_slice(
+        &self,
+        table: Table,
+        files: std::sync::Arc<Vec<KeyedFile>>,
+        (from, to): (i64, i64),
+    ) -> Result<Vec<RecordBatch>> {
+        let key = crate::layout::sort_key(table.name()).unwrap_or_default();
+        let schema = table.schema();
+        // Owned futures, as in `time_order`.
+        let mut read = futures::stream::iter(0..files.len())
+            .map(|i| {
+                let (store, files) = (self.clone(), files.clone());
+                async move {
+                    let f = &files[i];
+                    let groups: Vec<usize> = f
+                        .groups
+                        .iter()
+                        .filter(|g| g.min <= to && g.max >= from)
+                        .map(|g| g.group)
+                        .collect();
+                    if groups.is_empty() {
+                        return Ok(futures::stream::empty().boxed());
+                    }
+                    store.read_groups(f, groups).await
+                }
+            })
+            .buffered(4)
+            .try_flatten();
+        let mut batches = Vec::new();
+        while let Some(b) = read.try_next().await? {
+            let b = within(conform(b, &schema)?, key, from, to)?;
+            if b.num_rows() > 0 {
+                batches.push(b);
+            }
+        }
+        tokio::task::spawn_blocking(move || sorted(table, batches))
+            .await
+            .map_err(|e| crate::StoreError::Worker(e.to_string()))?
     }
 
     /// Writes the rows of `files` (one group of `table`, of host bucket
@@ -403,22 +402,13 @@ impl Store {
                 })
                 .boxed(),
         };
-        let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let rows = rows.inspect({
-            let counted = counted.clone();
-            move |b| {
-                if let Ok(b) = b {
-                    counted.fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        });
-        let id = batch.id().to_string();
+        let (id, before) = (batch.id().to_string(), batch.written().len());
         batch
             .write_parquet_stream(table.name(), &schema, rows, bucket, |part| {
                 paths::data_file(table, &id, part)
             })
             .await?;
-        let written = counted.load(std::sync::atomic::Ordering::Relaxed);
+        let written: u64 = batch.written()[before..].iter().map(|f| f.rows).sum();
         if written == expected {
             return Ok(());
         }
@@ -508,7 +498,8 @@ impl Store {
         for (i, (table, bucket, files)) in groups.into_iter().enumerate() {
             report.bytes_before += files.iter().map(|f| f.bytes).sum::<u64>();
             *report.merged.entry(table.name().to_string()).or_insert(0) += files.len();
-            let order = match crate::layout::sort_key(table.name()) {
+            let key = crate::layout::sort_key(table.name());
+            let order = match key {
                 Some(key) => match self.time_order(&files, key, opts.slice_rows).await {
                     Ok(order) => order,
                     Err(e) => {
@@ -542,7 +533,7 @@ impl Store {
             }
             if in_time {
                 report.time_ordered += 1;
-            } else if crate::layout::sort_key(table.name()).is_some() {
+            } else if key.is_some() {
                 report.file_order += 1;
             }
             batch.merged_files(table.name(), files.into_iter().map(|f| f.path).collect());
@@ -697,6 +688,26 @@ mod tests {
         RecordBatch::try_new(Table::HostWindows.schema(), cols).unwrap()
     }
 
+    /// One ingest of `rows` into `store` (one batch, one commit).
+    async fn ingest(store: &Store, rows: RecordBatch) {
+        let mut batch = store.begin();
+        batch.write(Table::HostWindows, &[rows]).await.unwrap();
+        batch.commit().await.unwrap();
+    }
+
+    /// 40 ingests of two rows each, a day apart (`h1` at `i`, `h2` a day
+    /// later), into `store`; their rows, in order.
+    async fn forty_ingests_a_day_wide(store: &Store) -> Vec<(String, i64, u64)> {
+        let day = 86_400_000_000i64;
+        let mut input = Vec::new();
+        for i in 0..40i64 {
+            let rows = host_rows_at(vec!["h1", "h2"], vec![i, day + i]);
+            input.extend(rows_of(std::slice::from_ref(&rows)));
+            ingest(store, rows).await;
+        }
+        input
+    }
+
     /// Every row of `batches` as text (host, start, used), in order.
     fn rows_of(batches: &[RecordBatch]) -> Vec<(String, i64, u64)> {
         use arrow::array::AsArray;
@@ -741,9 +752,7 @@ mod tests {
         {
             let rows = host_rows(hosts, t0 + k as i64 * 777_000_000, 5_000);
             input.extend(rows_of(std::slice::from_ref(&rows)));
-            let mut batch = store.begin();
-            batch.write(Table::HostWindows, &[rows]).await.unwrap();
-            batch.commit().await.unwrap();
+            ingest(&store, rows).await;
         }
         let before = store.manifest().await.unwrap();
         assert_eq!(before.files_named("host_windows").count(), 3);
@@ -797,15 +806,7 @@ mod tests {
         // the whole day, so every slice would read them all. Slices up to
         // 16 times larger do not help; the group is merged as before.
         let store = Store::open("memory://").unwrap();
-        let day = 86_400_000_000i64;
-        let mut input = Vec::new();
-        for i in 0..40i64 {
-            let rows = host_rows_at(vec!["h1", "h2"], vec![i, day + i]);
-            input.extend(rows_of(std::slice::from_ref(&rows)));
-            let mut batch = store.begin();
-            batch.write(Table::HostWindows, &[rows]).await.unwrap();
-            batch.commit().await.unwrap();
-        }
+        let input = forty_ingests_a_day_wide(&store).await;
         let opts = CompactOptions {
             slice_rows: 1,
             ..CompactOptions::default()
@@ -826,12 +827,7 @@ mod tests {
         // Asked for slices of 5 rows, the compaction makes them 20 (four
         // times that is the 80 rows every slice reads): in order of time.
         let store2 = Store::open("memory://").unwrap();
-        for i in 0..40i64 {
-            let mut batch = store2.begin();
-            let rows = host_rows_at(vec!["h1", "h2"], vec![i, day + i]);
-            batch.write(Table::HostWindows, &[rows]).await.unwrap();
-            batch.commit().await.unwrap();
-        }
+        forty_ingests_a_day_wide(&store2).await;
         let opts = CompactOptions {
             slice_rows: 5,
             ..CompactOptions::default()

@@ -854,7 +854,7 @@ fn window_span(table: &str, batch: &RecordBatch) -> Option<[i64; 2]> {
     Some([first, last])
 }
 
-fn time_column<'a>(
+pub(crate) fn time_column<'a>(
     batch: &'a RecordBatch,
     name: &str,
 ) -> Option<&'a arrow::array::TimestampMicrosecondArray> {
@@ -1024,6 +1024,15 @@ pub fn encoders() -> usize {
 
 /// Rows of a write, by place: (batch, row).
 pub(crate) type Rows = Vec<(usize, usize)>;
+
+/// Every row of `batches`, in order.
+pub(crate) fn every_row(batches: &[RecordBatch]) -> Rows {
+    batches
+        .iter()
+        .enumerate()
+        .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r)))
+        .collect()
+}
 
 /// `rows` sorted by their start (a time table; stable: rows of the same
 /// start keep their order). Other tables' rows are returned as they are.
@@ -1698,11 +1707,7 @@ impl PendingBatch {
         } else {
             // One group, sorted here, then cut into pieces that encode on
             // every core, each covering its own stretch of time.
-            let all: Rows = batches
-                .iter()
-                .enumerate()
-                .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r)))
-                .collect();
+            let all = every_row(&batches);
             let shared = batches.clone();
             let sorted = tokio::task::spawn_blocking(move || sort_by_start(table, &shared, all))
                 .await
