@@ -33,7 +33,8 @@ use crate::{paths, Result, Store};
 /// What `culprit compact` does.
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
-    /// Files under this size are merged.
+    /// Files under this size are merged (but not those written full,
+    /// [`crate::layout::rows_per_file`] rows).
     pub small_bytes: u64,
     /// Merge a table's (or host bucket's) small files only when there are
     /// at least this many.
@@ -103,6 +104,14 @@ impl CompactReport {
     }
 }
 
+/// Whether a file is merged: smaller than `small_bytes`, and not written
+/// full (a merge writes files of [`crate::layout::rows_per_file`] rows,
+/// often under `small_bytes`: merging them again would gain nothing, each
+/// time).
+pub(crate) fn is_small(file: &DataFile, opts: &CompactOptions) -> bool {
+    file.bytes < opts.small_bytes && file.rows < crate::layout::rows_per_file(&file.table) as u64
+}
+
 /// The groups of small files to merge: per table, and per host bucket for
 /// `task_windows` (unbucketed files are their own group).
 fn groups(files: &[DataFile], opts: &CompactOptions) -> Vec<(Table, Option<u32>, Vec<DataFile>)> {
@@ -111,7 +120,7 @@ fn groups(files: &[DataFile], opts: &CompactOptions) -> Vec<(Table, Option<u32>,
         let mut by_bucket: BTreeMap<Option<u32>, Vec<DataFile>> = BTreeMap::new();
         for f in files
             .iter()
-            .filter(|f| f.table == table.name() && f.bytes < opts.small_bytes)
+            .filter(|f| f.table == table.name() && is_small(f, opts))
         {
             by_bucket.entry(f.bucket).or_default().push(f.clone());
         }
@@ -468,7 +477,7 @@ impl Store {
         // rows across files).
         let index: Vec<DataFile> = manifest
             .files_named(crate::layout::QUERY_SPANS)
-            .filter(|f| f.bytes < opts.small_bytes)
+            .filter(|f| is_small(f, opts))
             .cloned()
             .collect();
         // Rebuilt whole from the stored tasks when a reader cannot use it:
@@ -834,5 +843,56 @@ mod tests {
         };
         let report = store2.compact(&opts, |_, _| {}).await.unwrap();
         assert_eq!((report.time_ordered, report.file_order), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn files_written_full_are_not_merged_again() {
+        // A merge writes files of `rows_per_file` rows; each is smaller than
+        // `small_bytes`, but merging it again would gain nothing, and the
+        // background compaction would do so every minute, forever.
+        let store = Store::open("memory://").unwrap();
+        let per_file = crate::layout::rows_per_file("host_windows");
+        let t0 = 1_700_000_000_000_000i64;
+        let half = (per_file * 2 / 3) as i64;
+        ingest(&store, host_rows(&["h1"], t0, half)).await;
+        ingest(&store, host_rows(&["h1"], t0 + half * 1_000_000, half)).await;
+        let files = |m: &crate::manifest::Manifest| -> Vec<(String, u64)> {
+            m.files_named("host_windows")
+                .map(|f| (f.path.clone(), f.rows))
+                .collect()
+        };
+        let ingested = files(&store.manifest().await.unwrap()).len();
+        let opts = CompactOptions::default();
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!(report.files_merged(), ingested);
+        let merged = files(&store.manifest().await.unwrap());
+        let full: Vec<_> = merged
+            .iter()
+            .filter(|f| f.1 == per_file as u64)
+            .cloned()
+            .collect();
+        assert_eq!(full.len(), 1, "{merged:?}");
+        assert!(merged.iter().all(|f| f.1 as usize <= per_file));
+        // Nothing new: nothing to merge, and the background compaction
+        // is not due (one file to merge).
+        let auto = crate::housekeeping::AutoCompact {
+            min_files: 2,
+            ..Default::default()
+        };
+        assert!(!auto.due(&store.manifest().await.unwrap()));
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!(report.files_merged(), 0);
+        assert_eq!(report.version, None);
+        // A new ingest is merged with the part-full file only.
+        ingest(&store, host_rows(&["h1"], t0 + 2 * half * 1_000_000, 10)).await;
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!(report.files_merged(), 2);
+        assert_eq!(report.rows, (2 * half + 10) as u64 - per_file as u64);
+        let after = files(&store.manifest().await.unwrap());
+        assert!(after.contains(&full[0]), "{after:?}");
+        assert_eq!(
+            after.iter().map(|f| f.1).sum::<u64>(),
+            (2 * half + 10) as u64
+        );
     }
 }

@@ -26,7 +26,8 @@ pub struct AutoCompact {
     /// Between two checks.
     pub every: Duration,
     /// Compact when a table (or a host bucket of `task_windows`) has at
-    /// least this many files under `compact.small_bytes` (at least 2).
+    /// least this many files to merge (under `compact.small_bytes`, not
+    /// written full: [`crate::compact::is_small`]; at least 2).
     pub min_files: usize,
     /// The compaction run (its `min_files` is set to the threshold).
     pub compact: CompactOptions,
@@ -52,7 +53,7 @@ impl AutoCompact {
         for f in &manifest.files {
             let compacted = Table::ALL.iter().any(|t| t.name() == f.table)
                 || f.table == crate::layout::QUERY_SPANS;
-            if f.bytes < self.compact.small_bytes && compacted {
+            if compacted && crate::compact::is_small(f, &self.compact) {
                 *counts.entry((f.table.as_str(), f.bucket)).or_default() += 1;
             }
         }

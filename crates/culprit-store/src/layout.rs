@@ -87,6 +87,23 @@ pub fn sort_key(table: &str) -> Option<&'static str> {
     time_columns(table).and_then(|(starts, _)| starts.first().copied())
 }
 
+/// Rows per Parquet file before a write rolls over to the next file.
+///
+/// A time table's files are smaller: a read of a time range parses the
+/// footer of every file it overlaps, and a footer describes every row
+/// group of its file. Compacted in order of time (see `compact.rs`), a
+/// 1e7-task store's `task_windows` files held 4 Mi rows in 256 row groups
+/// (a footer of 193 KB), and a victim's read parsed one such footer per
+/// bucket: about 6 ms of a 0.14 s process (docs/performance.md). At 1 Mi
+/// rows a footer holds 64 row groups, about as many as at 1e6 tasks.
+pub fn rows_per_file(table: &str) -> usize {
+    if time_columns(table).is_some() {
+        1 << 20
+    } else {
+        4 << 20
+    }
+}
+
 /// Rows per Parquet row group: small for the time tables, so that a time
 /// range reads little more than its rows; large for the others.
 ///

@@ -26,8 +26,6 @@ use crate::{paths, Result, StoreError, UserTableProblem};
 /// The store used when none is given: a directory beside the working directory.
 pub const DEFAULT_STORE: &str = "./culprit-data";
 
-/// Rows per Parquet file before a batch rolls over to the next file.
-const ROWS_PER_FILE: usize = 4 << 20;
 /// How often a commit retries after losing a race to a concurrent commit.
 const COMMIT_RETRIES: usize = 16;
 
@@ -1116,7 +1114,7 @@ fn order_by_key(keys: &[i64]) -> Vec<usize> {
 const RADIX_BITS: u32 = 11;
 
 /// Gathers `rows` of `batches` into Parquet files of `table`, in that
-/// order, of at most [`ROWS_PER_FILE`] rows, in the store's format (zstd
+/// order, of at most [`crate::layout::rows_per_file`] rows, in the store's format (zstd
 /// level 1, the table's row group size). CPU work: call it on the blocking
 /// pool.
 fn encode_files(
@@ -1129,7 +1127,7 @@ fn encode_files(
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     let props = writer_properties(name, &schema);
     let mut out = Vec::new();
-    for part in rows.chunks(ROWS_PER_FILE) {
+    for part in rows.chunks(crate::layout::rows_per_file(name)) {
         let gathered = arrow::compute::interleave_record_batch(&refs, part)?;
         let batch = if gathered.schema() == schema {
             gathered
@@ -1881,7 +1879,8 @@ impl PendingBatch {
                     current = Some((w, rel, 0));
                 }
                 let (w, rel, rows) = current.as_mut().expect("writer open");
-                let take = (ROWS_PER_FILE - *rows as usize).min(batch.num_rows() - offset);
+                let per_file = crate::layout::rows_per_file(name);
+                let take = (per_file - *rows as usize).min(batch.num_rows() - offset);
                 let slice = batch.slice(offset, take);
                 w.write(&slice)
                     .await
@@ -1898,7 +1897,7 @@ impl PendingBatch {
                 }
                 *rows += take as u64;
                 offset += take;
-                if *rows as usize >= ROWS_PER_FILE {
+                if *rows as usize >= per_file {
                     let (w, rel, rows) = current.take().expect("writer open");
                     self.finish_file(w, rel, rows).await?;
                 }
