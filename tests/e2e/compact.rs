@@ -471,6 +471,78 @@ async fn serve_compacts_in_the_background() {
     assert_eq!(answers(&store), expected);
 }
 
+/// `culprit serve --memory-budget-mb 100`: the background compaction's
+/// merges take their memory from the server's budget, as heavy analyses
+/// do (at most three quarters of it, 75 MiB here), and a merge in order of
+/// time needs about 192 MiB (`culprit_store::merge_memory`): the server
+/// says it leaves the files for later and merges none, and still answers
+/// every row. With the budget it needs, the same store is compacted.
+#[tokio::test]
+async fn serve_compaction_takes_its_memory_from_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (reference, windows) = store_in_pieces(&tmp.path().join("ref"));
+    let rows = Store::open(&reference)
+        .unwrap()
+        .manifest()
+        .await
+        .unwrap()
+        .rows_of(culprit_core::Table::TaskWindows) as i64;
+    let need =
+        culprit_store::merge_memory(Some(culprit_store::CompactOptions::default().slice_rows));
+    assert!(
+        need > 75 << 20,
+        "{need} bytes fit in 75 MiB: the test needs a smaller budget"
+    );
+
+    let store = tmp.path().join("live").display().to_string();
+    let data = tmp.path().join("ref/in").display().to_string();
+    run_ok(&["ingest", "--store", &store, &data]);
+    for w in &windows {
+        run_ok(&["ingest", "--store", &store, w]);
+    }
+    let files_before = layout(&store).await.0;
+    let every = ["--compact-files", "3", "--compact-every", "0.3"];
+    let mut server = serve_process(
+        &store,
+        &[&every[..], &["--memory-budget-mb", "100"]].concat(),
+    );
+    let client = connect(server.addr).await;
+    let started = std::time::Instant::now();
+    while !server.stderr.lock().unwrap().contains("left for later") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no compaction deferred in 60 s:\n{}",
+            server.stderr.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(log.contains("background compaction needs"), "{log}");
+    assert!(log.contains("memory budget"), "{log}");
+    assert_eq!(layout(&store).await, (files_before, false));
+    assert_eq!(served_windows(&client).await, rows);
+    assert!(server.alive());
+    drop(client);
+    drop(server);
+
+    // Enough budget: compacted.
+    let server = serve_process(
+        &store,
+        &[&every[..], &["--memory-budget-mb", "1000"]].concat(),
+    );
+    let started = std::time::Instant::now();
+    while !compacted(&store, &reference).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no background compaction in 60 s:\n{}",
+            server.stderr.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let client = connect(server.addr).await;
+    assert_eq!(served_windows(&client).await, rows);
+}
+
 /// `culprit ingest --watch --compact-files 3`: pieces dropped into the
 /// watched folder one at a time make small files, which the watch compacts
 /// by itself; the store then answers exactly as the never-compacted one.

@@ -16,7 +16,9 @@
 //! - every DataFusion reservation of every session (sorts, joins,
 //!   aggregates, and the results of culprit's table functions until they
 //!   are sent): the SQL layer gives each session a pool drawn from this
-//!   budget.
+//!   budget;
+//! - each merge of the server's background compaction, while it runs
+//!   ([`Budget::try_reserve_heavy`]; `culprit_store::MemoryGate`).
 //!
 //! Admission: a heavy analysis (one over every victim, or one that loads
 //! every window row of a large store) first takes one of
@@ -244,6 +246,20 @@ impl Budget {
     /// do not fit in the budget.
     pub fn try_reserve(&self, what: &str, bytes: usize) -> Result<Reservation, Error> {
         match self.take(bytes, self.inner.limit) {
+            Ok(_) => Ok(Reservation {
+                budget: self.clone(),
+                bytes,
+            }),
+            Err(used) => Err(self.refusal(what, bytes, used)),
+        }
+    }
+
+    /// Reserves `bytes` now if they fit under the budget less the light
+    /// queries' share ([`LIGHT_SHARE`]), as a heavy analysis may hold, or
+    /// fails with [`Error::OutOfMemory`]: for work that can wait for a
+    /// later try (the background compaction).
+    pub fn try_reserve_heavy(&self, what: &str, bytes: usize) -> Result<Reservation, Error> {
+        match self.take(bytes, self.heavy_cap()) {
             Ok(_) => Ok(Reservation {
                 budget: self.clone(),
                 bytes,
@@ -545,6 +561,16 @@ mod tests {
             Err(Error::OutOfMemory(_))
         ));
         drop(r);
+        assert_eq!(b.used(), 0);
+        // Work that can wait (the background compaction) takes what a
+        // heavy analysis may: 750 of 1000.
+        assert!(matches!(
+            b.try_reserve_heavy("c", 800),
+            Err(Error::OutOfMemory(_))
+        ));
+        let c = b.try_reserve_heavy("c", 700).unwrap();
+        assert!(b.try_reserve_heavy("c", 100).is_err());
+        drop(c);
         assert_eq!(b.used(), 0);
         // Heavy analyses leave the light share: 750 of 1000.
         assert!(matches!(

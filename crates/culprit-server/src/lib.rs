@@ -214,6 +214,20 @@ impl Server {
                 culprit_engine::HOLDER_SHARES_BYTES.min(budget.read_cache()) >> 20
             );
         }
+        // The background compaction's merges take their memory from the
+        // same budget, as heavy analyses do (never the light queries'
+        // share); a group that does not fit waits for a later check.
+        let auto_compact = opts.auto_compact.map(|mut auto| {
+            let budget = budget.clone();
+            auto.compact.memory = Some(culprit_store::MemoryGate::new(move |bytes| {
+                let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+                budget
+                    .try_reserve_heavy("background compaction", bytes)
+                    .map(|r| Box::new(r) as culprit_store::MemoryGrant)
+                    .map_err(|e| e.to_string())
+            }));
+            auto
+        });
         let mut engine = culprit_sql::Engine::with_budget(store.clone(), budget)
             .with_window_cache_rows(opts.window_cache_rows);
         if let Some(cluster) = &opts.cluster {
@@ -261,7 +275,7 @@ impl Server {
                 memory: opts.query_memory,
                 ..opts.reports
             },
-            auto_compact: opts.auto_compact,
+            auto_compact,
             cluster: opts.cluster,
         })
     }

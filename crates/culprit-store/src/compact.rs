@@ -46,6 +46,9 @@ pub struct CompactOptions {
     /// once, each read and sorted: memory holds about four times that
     /// many rows).
     pub slice_rows: u64,
+    /// Where each group's merge takes its memory from (a server's
+    /// budget); `None`: nowhere, as `culprit compact` runs alone.
+    pub memory: Option<MemoryGate>,
 }
 
 impl Default for CompactOptions {
@@ -55,8 +58,60 @@ impl Default for CompactOptions {
             min_files: 2,
             grace: Duration::from_secs(600),
             slice_rows: SLICE_ROWS,
+            memory: None,
         }
     }
+}
+
+/// What a [`MemoryGate`] returns for memory it grants: held while the
+/// group merges, dropped (the memory given back) after.
+pub type MemoryGrant = Box<dyn std::any::Any + Send>;
+
+/// Where a compaction takes its memory from: before a group of files is
+/// merged, the gate is asked for about the bytes the merge holds
+/// ([`merge_memory`]), and holds what it grants until the group is merged.
+/// A refusal (its reason) leaves that group's files as they are, for a
+/// later compaction, and the compaction goes on with the next group
+/// ([`CompactReport::deferred`]). `culprit serve` takes the memory from
+/// its budget (`culprit_engine::Budget`), so that the background
+/// compaction and the analyses share one memory budget.
+#[derive(Clone)]
+pub struct MemoryGate(
+    std::sync::Arc<dyn Fn(u64) -> std::result::Result<MemoryGrant, String> + Send + Sync>,
+);
+
+impl MemoryGate {
+    pub fn new(
+        take: impl Fn(u64) -> std::result::Result<MemoryGrant, String> + Send + Sync + 'static,
+    ) -> MemoryGate {
+        MemoryGate(std::sync::Arc::new(take))
+    }
+}
+
+impl std::fmt::Debug for MemoryGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryGate")
+    }
+}
+
+/// Bytes a merge in order of time holds per row of its slices: about four
+/// slices' rows (two read and sorted ahead, one being encoded) and the
+/// encoder's buffers. Measured as `culprit compact`'s peak less that of a
+/// compaction with nothing to merge (30 MiB): slices of 64 Ki rows 147
+/// MiB at 1e6 tasks, 179 MiB at 1e7, slices of 256 Ki 572 MiB at 1e7;
+/// rounded up (docs/operations.md).
+pub const MERGE_BYTES_PER_SLICE_ROW: u64 = 2560;
+/// Bytes a merge holds besides its slices (and a merge file after file:
+/// a few row groups read ahead and the encoder's).
+pub const MERGE_BASE_BYTES: u64 = 32 << 20;
+
+/// About the bytes a merge of a group holds: in order of time with slices
+/// of `slice_rows` rows (`Some`), or file after file (`None`).
+pub fn merge_memory(slice_rows: Option<u64>) -> u64 {
+    MERGE_BASE_BYTES
+        + slice_rows
+            .unwrap_or(0)
+            .saturating_mul(MERGE_BYTES_PER_SLICE_ROW)
 }
 
 /// Rows of a time slice of a compaction ([`CompactOptions::slice_rows`]).
@@ -95,6 +150,10 @@ pub struct CompactReport {
     /// footers cannot place their rows in time, or their row groups span
     /// too much of it even in the largest slices.
     pub file_order: usize,
+    /// Groups left as they were: the [`MemoryGate`] refused their memory
+    /// (a later compaction merges them), and the last refusal.
+    pub deferred: usize,
+    pub deferred_because: Option<String>,
 }
 
 impl CompactReport {
@@ -182,6 +241,9 @@ struct TimeOrder {
     files: Vec<KeyedFile>,
     /// Inclusive ranges of the sort key, in order, covering every value.
     slices: Vec<(i64, i64)>,
+    /// Rows a slice was cut for (at least the rows asked for, more where
+    /// many files cover the same time).
+    slice_rows: u64,
 }
 
 impl TimeOrder {
@@ -302,7 +364,7 @@ impl Store {
             let mut rows = slice_rows.max(1);
             loop {
                 if let Some(slices) = time_slices(&groups, rows) {
-                    return Some(slices);
+                    return Some((slices, rows));
                 }
                 if rows >= slice_rows.max(1).saturating_mul(MAX_SLICE_GROWTH) {
                     return None;
@@ -312,7 +374,11 @@ impl Store {
         })
         .await
         .map_err(|e| crate::StoreError::Worker(e.to_string()))?;
-        Ok(slices.map(|slices| TimeOrder { files, slices }))
+        Ok(slices.map(|(slices, slice_rows)| TimeOrder {
+            files,
+            slices,
+            slice_rows,
+        }))
     }
 
     /// The rows of `order`'s files in order of time: slice after slice,
@@ -499,14 +565,13 @@ impl Store {
         }
         let mut batch = self.begin();
         batch.kind = Some("compact");
-        if !old.is_empty() {
+        let forgets = !old.is_empty();
+        if forgets {
             batch.forget_retired(old);
         }
         let total = groups.len();
         progress(0, total);
         for (i, (table, bucket, files)) in groups.into_iter().enumerate() {
-            report.bytes_before += files.iter().map(|f| f.bytes).sum::<u64>();
-            *report.merged.entry(table.name().to_string()).or_insert(0) += files.len();
             let key = crate::layout::sort_key(table.name());
             let order = match key {
                 Some(key) => match self.time_order(&files, key, opts.slice_rows).await {
@@ -518,6 +583,21 @@ impl Store {
                 },
                 None => None,
             };
+            // Held until the group is merged.
+            let _memory = match &opts.memory {
+                None => None,
+                Some(gate) => match (gate.0)(merge_memory(order.as_ref().map(|o| o.slice_rows))) {
+                    Ok(grant) => Some(grant),
+                    Err(why) => {
+                        report.deferred += 1;
+                        report.deferred_because = Some(why);
+                        progress(i + 1, total);
+                        continue;
+                    }
+                },
+            };
+            report.bytes_before += files.iter().map(|f| f.bytes).sum::<u64>();
+            *report.merged.entry(table.name().to_string()).or_insert(0) += files.len();
             let mut in_time = order.is_some();
             let kept = batch.written().len();
             let mut result = self
@@ -594,6 +674,11 @@ impl Store {
                 return Err(e);
             }
             batch.merged_files(name, index.into_iter().map(|f| f.path).collect());
+        }
+        if report.files_merged() == 0 && !forgets {
+            // Every group deferred: nothing to commit.
+            batch.abort().await;
+            return Ok(report);
         }
         let written = batch.written();
         report.written = written.len();
@@ -894,5 +979,68 @@ mod tests {
             after.iter().map(|f| f.1).sum::<u64>(),
             (2 * half + 10) as u64
         );
+    }
+
+    #[tokio::test]
+    async fn each_merge_takes_its_memory_from_the_gate() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let store = Store::open("memory://").unwrap();
+        let t0 = 1_700_000_000_000_000i64;
+        for (k, hosts) in [["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
+            .iter()
+            .enumerate()
+        {
+            ingest(&store, host_rows(hosts, t0 + k as i64 * 777_000_000, 5_000)).await;
+        }
+        let paths = |m: &crate::manifest::Manifest| -> Vec<String> {
+            m.files.iter().map(|f| f.path.clone()).collect()
+        };
+        let before = paths(&store.manifest().await.unwrap());
+        // Refused: the group is left as it was, nothing committed.
+        let refused = CompactOptions {
+            memory: Some(MemoryGate::new(|bytes| Err(format!("no room for {bytes}")))),
+            ..CompactOptions::default()
+        };
+        let report = store.compact(&refused, |_, _| {}).await.unwrap();
+        assert_eq!((report.deferred, report.files_merged()), (1, 0));
+        assert_eq!(report.version, None);
+        let want = merge_memory(Some(SLICE_ROWS));
+        assert_eq!(report.deferred_because, Some(format!("no room for {want}")));
+        assert_eq!(paths(&store.manifest().await.unwrap()), before);
+        // Granted: held while the group merges, given back after.
+        let held = Arc::new(AtomicUsize::new(0));
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Grant(Arc<AtomicUsize>);
+        impl Drop for Grant {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let granted = CompactOptions {
+            memory: Some(MemoryGate::new({
+                let (held, asked) = (held.clone(), asked.clone());
+                move |bytes| {
+                    asked.lock().unwrap().push(bytes);
+                    held.fetch_add(1, Ordering::SeqCst);
+                    Ok(Box::new(Grant(held.clone())) as MemoryGrant)
+                }
+            })),
+            ..CompactOptions::default()
+        };
+        let mut held_when_merged = Vec::new();
+        let report = store
+            .compact(&granted, |done, _| {
+                if done > 0 {
+                    held_when_merged.push(held.load(Ordering::SeqCst));
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!((report.deferred, report.files_merged()), (0, 3));
+        assert_eq!(*asked.lock().unwrap(), vec![want]);
+        assert_eq!(held_when_merged, vec![1]);
+        assert_eq!(held.load(Ordering::SeqCst), 0);
+        // File after file (no time order): the base only.
+        assert_eq!(merge_memory(None), MERGE_BASE_BYTES);
     }
 }

@@ -87,6 +87,15 @@ impl AutoCompact {
             }
             let started = std::time::Instant::now();
             match store.compact(&opts, |_, _| {}).await {
+                Ok(r) if r.deferred > 0 => log::warn!(
+                    "background compaction: {} groups of files left for later, {}; {} files \
+                     merged into {}, version {:?}",
+                    r.deferred,
+                    r.deferred_because.as_deref().unwrap_or("no memory"),
+                    r.files_merged(),
+                    r.written,
+                    r.version
+                ),
                 Ok(r) => log::info!(
                     "background compaction: {} files merged into {} ({} rows; groups of time \
                      tables: {} in order of time, {} file after file), {} retired files \

@@ -20,7 +20,7 @@ pub mod paths;
 mod store;
 
 pub use cache::{CacheStats, ReadCache};
-pub use compact::{CompactOptions, CompactReport};
+pub use compact::{merge_memory, CompactOptions, CompactReport, MemoryGate, MemoryGrant};
 pub use error::{Result, StoreError, UserTableProblem};
 pub use expire::ExpireReport;
 pub use housekeeping::{AutoCompact, DEFAULT_AUTO_COMPACT_EVERY, DEFAULT_AUTO_COMPACT_FILES};
