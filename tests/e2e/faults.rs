@@ -19,11 +19,13 @@ use object_store::{
 
 use crate::common::generate;
 
-/// Fails every write once `countdown` writes have gone through.
+/// Fails every write once `countdown` writes have gone through, and keeps
+/// the path of the first write it failed.
 #[derive(Debug)]
 struct FailingStore {
     inner: InMemory,
     countdown: AtomicUsize,
+    failed: std::sync::Mutex<Option<Path>>,
 }
 
 impl fmt::Display for FailingStore {
@@ -33,9 +35,29 @@ impl fmt::Display for FailingStore {
 }
 
 impl FailingStore {
-    fn check(&self) -> object_store::Result<()> {
+    /// A store on a new failing object store, failing no write yet.
+    fn store() -> (Arc<FailingStore>, Store) {
+        let os = Arc::new(FailingStore {
+            inner: InMemory::new(),
+            countdown: AtomicUsize::new(usize::MAX),
+            failed: std::sync::Mutex::new(None),
+        });
+        let store = Store::new(
+            os.clone(),
+            url::Url::parse("memory:///").unwrap(),
+            Path::from("faulty"),
+            "memory://faulty".into(),
+        );
+        (os, store)
+    }
+
+    fn check(&self, location: &Path) -> object_store::Result<()> {
         let left = self.countdown.load(Ordering::SeqCst);
         if left == 0 {
+            self.failed
+                .lock()
+                .unwrap()
+                .get_or_insert_with(|| location.clone());
             return Err(object_store::Error::Generic {
                 store: "FailingStore",
                 source: "injected write failure".into(),
@@ -54,7 +76,7 @@ impl ObjectStore for FailingStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        self.check()?;
+        self.check(location)?;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -63,7 +85,7 @@ impl ObjectStore for FailingStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.check()?;
+        self.check(location)?;
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -128,16 +150,7 @@ async fn failed_ingest_leaves_store_unchanged() {
     // Fail the 1st, 2nd, ... write of the second ingest, until it has no
     // write left to fail.
     for fail_after in 0usize.. {
-        let os = Arc::new(FailingStore {
-            inner: InMemory::new(),
-            countdown: AtomicUsize::new(usize::MAX),
-        });
-        let store = Store::new(
-            os.clone(),
-            url::Url::parse("memory:///").unwrap(),
-            Path::from("faulty"),
-            "memory://faulty".into(),
-        );
+        let (os, store) = FailingStore::store();
         // Only the queries and tasks first: the second ingest has rows of
         // every other table to write (its queries and tasks are stored
         // already, and so would be window rows ingested before).
@@ -184,4 +197,41 @@ async fn failed_ingest_leaves_store_unchanged() {
         );
         assert_eq!(after.rows_of(Table::Tasks) as i64, tasks_before);
     }
+}
+
+/// The first ingest of tasks fails on each of its writes in turn, the
+/// query index of one-victim reads (written at the commit, before the
+/// manifest) among them: the store is left empty, with no object behind.
+#[tokio::test]
+async fn failed_ingest_of_tasks_leaves_no_index_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    generate(&data, "parquet");
+    let mut failed_index = false;
+    for fail_after in 0usize.. {
+        let (os, store) = FailingStore::store();
+        os.countdown.store(fail_after, Ordering::SeqCst);
+        let sources = list_sources(&[data.display().to_string()]).await.unwrap();
+        let result = ingest(&store, sources, &IngestOptions::default(), &()).await;
+        os.countdown.store(usize::MAX, Ordering::SeqCst);
+        let failed = os.failed.lock().unwrap().clone();
+        if result.is_ok() {
+            assert_eq!(failed, None);
+            let m = store.manifest().await.unwrap();
+            assert_eq!(m.files_named(culprit_store::layout::QUERY_SPANS).count(), 1);
+            break;
+        }
+        let failed = failed.expect("a write failed");
+        failed_index |= failed.as_ref().contains(culprit_store::layout::QUERY_SPANS);
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.version, 0, "committed after failing {failed}");
+        assert!(m.files.is_empty());
+        assert_eq!(
+            object_count(&os).await,
+            0,
+            "objects left after failing {failed}"
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM tasks").await, 0);
+    }
+    assert!(failed_index, "no failure of the query index's write");
 }

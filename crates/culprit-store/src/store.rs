@@ -1127,26 +1127,34 @@ fn encode_files(
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     let props = writer_properties(name, &schema);
     let mut out = Vec::new();
+    let perr = |source| StoreError::Parquet {
+        path: format!("(a new {name} file)"),
+        source,
+    };
     for part in rows.chunks(crate::layout::rows_per_file(name)) {
-        let gathered = arrow::compute::interleave_record_batch(&refs, part)?;
-        let batch = if gathered.schema() == schema {
-            gathered
-        } else {
-            RecordBatch::try_new(schema.clone(), gathered.columns().to_vec())?
-        };
-        let perr = |source| StoreError::Parquet {
-            path: format!("(a new {name} file)"),
-            source,
-        };
         let mut w =
             parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props.clone()))
                 .map_err(perr)?;
-        w.write(&batch).map_err(perr)?;
+        let mut span: Option<[i64; 2]> = None;
+        // Gathered a row group at a time: its rows are still in the
+        // cache when they are encoded.
+        for group in part.chunks(crate::layout::rows_per_group(name)) {
+            let gathered = arrow::compute::interleave_record_batch(&refs, group)?;
+            let batch = if gathered.schema() == schema {
+                gathered
+            } else {
+                RecordBatch::try_new(schema.clone(), gathered.columns().to_vec())?
+            };
+            if let Some([a, b]) = window_span(name, &batch) {
+                span = Some(span.map_or([a, b], |[x, y]| [x.min(a), y.max(b)]));
+            }
+            w.write(&batch).map_err(perr)?;
+        }
         let bytes = w.into_inner().map_err(perr)?;
         out.push(Encoded {
             bytes: bytes.into(),
-            rows: batch.num_rows() as u64,
-            span: window_span(name, &batch),
+            rows: part.len() as u64,
+            span,
         });
     }
     Ok(out)
@@ -2973,6 +2981,27 @@ mod tests {
         commit_host_rows(&slow, 4).await;
         assert_eq!(versions(&slow).await, [3, 4]);
         assert_eq!(newest(&slow).await, (4, 10));
+    }
+
+    #[tokio::test]
+    async fn a_commit_removes_at_most_a_thousand_superseded_manifests() {
+        // A store written before superseded manifests were removed holds
+        // them all: a commit removes the oldest 1,000 (one request where
+        // the object store takes many), the next commits the rest.
+        let store = Store::open("memory://").unwrap();
+        let n = MANIFESTS_REMOVED as u64 + 5;
+        for _ in 0..n {
+            store.begin().commit().await.unwrap();
+        }
+        assert_eq!(versions(&store).await, (1..=n).collect::<Vec<_>>());
+        let store = store.with_manifest_grace(Duration::ZERO);
+        store.begin().commit().await.unwrap();
+        // Versions 1 to 1,000 removed; 1,001 to n-1 left for the next
+        // commit (superseded, but past the cap); n and n + 1 kept.
+        let first = MANIFESTS_REMOVED as u64 + 1;
+        assert_eq!(versions(&store).await, (first..=n + 1).collect::<Vec<_>>());
+        store.begin().commit().await.unwrap();
+        assert_eq!(versions(&store).await, [n + 1, n + 2]);
     }
 
     #[tokio::test]
