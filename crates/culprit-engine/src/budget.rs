@@ -245,7 +245,16 @@ impl Budget {
     /// Reserves `bytes` now, or fails with [`Error::OutOfMemory`] when they
     /// do not fit in the budget.
     pub fn try_reserve(&self, what: &str, bytes: usize) -> Result<Reservation, Error> {
-        match self.take(bytes, self.inner.limit) {
+        self.try_reserve_under(what, bytes, self.inner.limit)
+    }
+
+    fn try_reserve_under(
+        &self,
+        what: &str,
+        bytes: usize,
+        cap: Option<usize>,
+    ) -> Result<Reservation, Error> {
+        match self.take(bytes, cap) {
             Ok(_) => Ok(Reservation {
                 budget: self.clone(),
                 bytes,
@@ -259,13 +268,7 @@ impl Budget {
     /// fails with [`Error::OutOfMemory`]: for work that can wait for a
     /// later try (the background compaction).
     pub fn try_reserve_heavy(&self, what: &str, bytes: usize) -> Result<Reservation, Error> {
-        match self.take(bytes, self.heavy_cap()) {
-            Ok(_) => Ok(Reservation {
-                budget: self.clone(),
-                bytes,
-            }),
-            Err(used) => Err(self.refusal(what, bytes, used)),
-        }
+        self.try_reserve_under(what, bytes, self.heavy_cap())
     }
 
     /// Counts `bytes` that are already taken (the dataset cache once it is
@@ -279,7 +282,7 @@ impl Budget {
     }
 
     /// The most heavy analyses may hold: the limit less the light share.
-    fn heavy_cap(&self) -> Option<usize> {
+    pub fn heavy_cap(&self) -> Option<usize> {
         self.inner
             .limit
             .map(|l| (l as f64 * (1.0 - LIGHT_SHARE)) as usize)

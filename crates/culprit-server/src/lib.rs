@@ -216,8 +216,29 @@ impl Server {
         }
         // The background compaction's merges take their memory from the
         // same budget, as heavy analyses do (never the light queries'
-        // share); a group that does not fit waits for a later check.
-        let auto_compact = opts.auto_compact.map(|mut auto| {
+        // share); a group that does not fit waits for a later check. A
+        // budget too small for even a merge file after file (beside the
+        // read cache, held for the server's life) never compacts: off,
+        // said once.
+        let room = budget
+            .heavy_cap()
+            .map(|cap| cap.saturating_sub(budget.read_cache()) as u64);
+        let smallest = culprit_store::merge_memory(None);
+        let auto_compact = opts.auto_compact.filter(|_| match room {
+            Some(room) if room < smallest => {
+                log::warn!(
+                    "background compaction off: a merge needs {} MiB of the memory budget, \
+                     and {} MiB is all it may take of {} MiB (three quarters, less the \
+                     read cache); raise --memory-budget-mb, or run culprit compact",
+                    smallest >> 20,
+                    room >> 20,
+                    budget.limit().unwrap_or(0) >> 20
+                );
+                false
+            }
+            _ => true,
+        });
+        let auto_compact = auto_compact.map(|mut auto| {
             let budget = budget.clone();
             auto.compact.memory = Some(culprit_store::MemoryGate::new(move |bytes| {
                 let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);

@@ -33,8 +33,8 @@ use crate::{paths, Result, Store};
 /// What `culprit compact` does.
 #[derive(Debug, Clone)]
 pub struct CompactOptions {
-    /// Files under this size are merged (but not those written full,
-    /// [`crate::layout::rows_per_file`] rows).
+    /// Files under this size are merged (but not those of at least
+    /// [`crate::layout::rows_per_file`] rows: [`is_small`]).
     pub small_bytes: u64,
     /// Merge a table's (or host bucket's) small files only when there are
     /// at least this many.
@@ -70,17 +70,34 @@ pub type MemoryGrant = Box<dyn std::any::Any + Send>;
 /// Where a compaction takes its memory from: before a group of files is
 /// merged, the gate is asked for about the bytes the merge holds
 /// ([`merge_memory`]), and holds what it grants until the group is merged.
-/// A refusal (its reason) leaves that group's files as they are, for a
-/// later compaction, and the compaction goes on with the next group
-/// ([`CompactReport::deferred`]). `culprit serve` takes the memory from
-/// its budget (`culprit_engine::Budget`), so that the background
-/// compaction and the analyses share one memory budget.
+/// Refused the memory of a merge in order of time, it is asked for that
+/// of a merge file after file (less); refused that too (its reason), the
+/// group's files are left as they are, for a later compaction, and the
+/// compaction goes on with the next group ([`CompactReport::deferred`]).
+/// `culprit serve` takes the memory from its budget
+/// (`culprit_engine::Budget`), so that the background compaction and the
+/// analyses share one memory budget.
 #[derive(Clone)]
 pub struct MemoryGate(
     std::sync::Arc<dyn Fn(u64) -> std::result::Result<MemoryGrant, String> + Send + Sync>,
 );
 
 impl MemoryGate {
+    /// The memory of a merge in order of time by `order`, else (refused,
+    /// or no such order) of one file after file: the order the grant
+    /// allows and the grant, or the last refusal's reason.
+    fn take_for(
+        &self,
+        order: Option<TimeOrder>,
+    ) -> std::result::Result<(Option<TimeOrder>, MemoryGrant), String> {
+        if let Some(o) = &order {
+            if let Ok(grant) = (self.0)(merge_memory(Some(o.slice_rows))) {
+                return Ok((order, grant));
+            }
+        }
+        (self.0)(merge_memory(None)).map(|grant| (None, grant))
+    }
+
     pub fn new(
         take: impl Fn(u64) -> std::result::Result<MemoryGrant, String> + Send + Sync + 'static,
     ) -> MemoryGate {
@@ -101,17 +118,20 @@ impl std::fmt::Debug for MemoryGate {
 /// MiB at 1e6 tasks, 179 MiB at 1e7, slices of 256 Ki 572 MiB at 1e7;
 /// rounded up (docs/operations.md).
 pub const MERGE_BYTES_PER_SLICE_ROW: u64 = 2560;
-/// Bytes a merge holds besides its slices (and a merge file after file:
-/// a few row groups read ahead and the encoder's).
+/// Bytes a merge in order of time holds besides its slices.
 pub const MERGE_BASE_BYTES: u64 = 32 << 20;
+/// Bytes a merge file after file holds (files read ahead and the
+/// encoder's row groups), measured the same way: 68-73 MiB at 1e6 tasks,
+/// 106-108 MiB at 1e7; rounded up.
+pub const MERGE_FILE_ORDER_BYTES: u64 = 112 << 20;
 
 /// About the bytes a merge of a group holds: in order of time with slices
 /// of `slice_rows` rows (`Some`), or file after file (`None`).
 pub fn merge_memory(slice_rows: Option<u64>) -> u64 {
-    MERGE_BASE_BYTES
-        + slice_rows
-            .unwrap_or(0)
-            .saturating_mul(MERGE_BYTES_PER_SLICE_ROW)
+    match slice_rows {
+        Some(rows) => MERGE_BASE_BYTES + rows.saturating_mul(MERGE_BYTES_PER_SLICE_ROW),
+        None => MERGE_FILE_ORDER_BYTES,
+    }
 }
 
 /// Rows of a time slice of a compaction ([`CompactOptions::slice_rows`]).
@@ -163,10 +183,10 @@ impl CompactReport {
     }
 }
 
-/// Whether a file is merged: smaller than `small_bytes`, and not written
-/// full (a merge writes files of [`crate::layout::rows_per_file`] rows,
-/// often under `small_bytes`: merging them again would gain nothing, each
-/// time).
+/// Whether a file is merged: smaller than `small_bytes`, and of fewer than
+/// [`crate::layout::rows_per_file`] rows (a merge writes files of that
+/// many, often under `small_bytes`: merging them again would gain nothing,
+/// each time; the larger files of older versions are left too).
 pub(crate) fn is_small(file: &DataFile, opts: &CompactOptions) -> bool {
     file.bytes < opts.small_bytes && file.rows < crate::layout::rows_per_file(&file.table) as u64
 }
@@ -583,11 +603,11 @@ impl Store {
                 },
                 None => None,
             };
-            // Held until the group is merged.
-            let _memory = match &opts.memory {
-                None => None,
-                Some(gate) => match (gate.0)(merge_memory(order.as_ref().map(|o| o.slice_rows))) {
-                    Ok(grant) => Some(grant),
+            // The merge's memory, held until the group is merged.
+            let (order, _memory) = match &opts.memory {
+                None => (order, None),
+                Some(gate) => match gate.take_for(order) {
+                    Ok((order, grant)) => (order, Some(grant)),
                     Err(why) => {
                         report.deferred += 1;
                         report.deferred_because = Some(why);
@@ -675,7 +695,7 @@ impl Store {
             }
             batch.merged_files(name, index.into_iter().map(|f| f.path).collect());
         }
-        if report.files_merged() == 0 && !forgets {
+        if report.files_merged() == 0 && !forgets && !rebuild {
             // Every group deferred: nothing to commit.
             batch.abort().await;
             return Ok(report);
@@ -957,6 +977,17 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(full.len(), 1, "{merged:?}");
+        // Under `small_bytes` (else this tests nothing new).
+        let full_bytes = store
+            .manifest()
+            .await
+            .unwrap()
+            .files
+            .iter()
+            .find(|f| f.path == full[0].0)
+            .map(|f| f.bytes)
+            .unwrap();
+        assert!(full_bytes < opts.small_bytes, "{full_bytes}");
         assert!(merged.iter().all(|f| f.1 as usize <= per_file));
         // Nothing new: nothing to merge, and the background compaction
         // is not due (one file to merge).
@@ -1004,8 +1035,13 @@ mod tests {
         let report = store.compact(&refused, |_, _| {}).await.unwrap();
         assert_eq!((report.deferred, report.files_merged()), (1, 0));
         assert_eq!(report.version, None);
+        // The last refusal: of a merge file after file.
+        assert_eq!(
+            report.deferred_because,
+            Some(format!("no room for {}", MERGE_FILE_ORDER_BYTES))
+        );
         let want = merge_memory(Some(SLICE_ROWS));
-        assert_eq!(report.deferred_because, Some(format!("no room for {want}")));
+        assert!(want > MERGE_FILE_ORDER_BYTES);
         assert_eq!(paths(&store.manifest().await.unwrap()), before);
         // Granted: held while the group merges, given back after.
         let held = Arc::new(AtomicUsize::new(0));
@@ -1040,7 +1076,117 @@ mod tests {
         assert_eq!(*asked.lock().unwrap(), vec![want]);
         assert_eq!(held_when_merged, vec![1]);
         assert_eq!(held.load(Ordering::SeqCst), 0);
-        // File after file (no time order): the base only.
-        assert_eq!(merge_memory(None), MERGE_BASE_BYTES);
+        assert_eq!(report.time_ordered, 1);
+    }
+
+    #[tokio::test]
+    async fn a_merge_refused_the_memory_of_time_order_goes_file_after_file() {
+        // Two groups (tasks, host rows): the gate grants only the memory
+        // of a merge file after file, and that only once. The first group
+        // merges file after file, the second waits; one commit.
+        let store = Store::open("memory://").unwrap();
+        let t0 = 1_700_000_000_000_000i64;
+        for k in 0..3i64 {
+            ingest(&store, host_rows(&["h1"], t0 + k * 1_000_000_000, 100)).await;
+            let mut batch = store.begin();
+            let tasks = crate::store::tests::task_rows(k as usize * 10, 10);
+            batch.write(Table::Tasks, &[tasks]).await.unwrap();
+            batch.commit().await.unwrap();
+        }
+        let before = store.manifest().await.unwrap();
+        let paths_of = |m: &crate::manifest::Manifest, table: &str| -> Vec<String> {
+            m.files_named(table).map(|f| f.path.clone()).collect()
+        };
+        assert_eq!(paths_of(&before, "tasks").len(), 3);
+        assert_eq!(paths_of(&before, "host_windows").len(), 3);
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let gate = CompactOptions {
+            memory: Some(MemoryGate::new({
+                let asked = asked.clone();
+                move |bytes| {
+                    let mut asked = asked.lock().unwrap();
+                    let first = !asked.contains(&MERGE_FILE_ORDER_BYTES);
+                    asked.push(bytes);
+                    if bytes <= MERGE_FILE_ORDER_BYTES && first {
+                        Ok(Box::new(()) as MemoryGrant)
+                    } else {
+                        Err(format!("no room for {bytes}"))
+                    }
+                }
+            })),
+            ..CompactOptions::default()
+        };
+        let report = store.compact(&gate, |_, _| {}).await.unwrap();
+        let time = merge_memory(Some(SLICE_ROWS));
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [time, MERGE_FILE_ORDER_BYTES, time, MERGE_FILE_ORDER_BYTES]
+        );
+        assert_eq!((report.file_order, report.time_ordered), (1, 0));
+        assert_eq!(report.deferred, 1);
+        assert!(report.version.is_some());
+        // The first group in `Table::ALL`'s order merged, the other waits
+        // with its files as they were.
+        let (merged, waiting) = ("tasks", "host_windows");
+        let after = store.manifest().await.unwrap();
+        assert_eq!(report.merged.get(merged), Some(&3));
+        assert!(!report.merged.contains_key(waiting));
+        assert_eq!(after.files_named(merged).count(), 1);
+        assert_eq!(paths_of(&after, waiting), paths_of(&before, waiting));
+        // The query index's three files (one a batch of tasks) merged
+        // too: they ask the gate for nothing.
+        let index = before.files_named(crate::layout::QUERY_SPANS);
+        assert_eq!(
+            report.bytes_before,
+            before.files_named(merged).map(|f| f.bytes).sum::<u64>()
+                + index.map(|f| f.bytes).sum::<u64>()
+        );
+        assert_eq!(after.rows_of(Table::Tasks), 30);
+        assert_eq!(after.rows_of(Table::HostWindows), 300);
+    }
+
+    #[tokio::test]
+    async fn an_index_rebuild_is_committed_when_no_group_merges() {
+        // A store with tasks and no query index (written before there was
+        // one): compaction rebuilds the index from the tasks, and commits
+        // it even when there is no group to merge, or every group waits.
+        for refuse in [false, true] {
+            let store = Store::open("memory://").unwrap();
+            let mut batch = store.begin();
+            batch
+                .write(Table::Tasks, &[crate::store::tests::task_rows(0, 20)])
+                .await
+                .unwrap();
+            batch.commit().await.unwrap();
+            ingest(&store, host_rows(&["h1"], 0, 10)).await;
+            ingest(&store, host_rows(&["h1"], 20_000_000, 10)).await;
+            let index: Vec<String> = store
+                .manifest()
+                .await
+                .unwrap()
+                .files_named(crate::layout::QUERY_SPANS)
+                .map(|f| f.path.clone())
+                .collect();
+            assert_eq!(index.len(), 1);
+            let mut batch = store.begin();
+            batch.merged_files(crate::layout::QUERY_SPANS, index);
+            batch.commit().await.unwrap();
+            let opts = CompactOptions {
+                memory: refuse.then(|| MemoryGate::new(|_| Err("no room".to_string()))),
+                // Without the gate, the host rows' two files are too few.
+                min_files: if refuse { 2 } else { 3 },
+                ..CompactOptions::default()
+            };
+            let report = store.compact(&opts, |_, _| {}).await.unwrap();
+            assert!(report.index_rebuilt);
+            assert_eq!(report.deferred, usize::from(refuse));
+            assert_eq!(report.files_merged(), 0);
+            assert!(report.version.is_some(), "the rebuild was not committed");
+            let m = store.manifest().await.unwrap();
+            assert_eq!(m.files_named(crate::layout::QUERY_SPANS).count(), 1);
+            // Rebuilt: nothing to rebuild the next time.
+            let again = store.compact(&opts, |_, _| {}).await.unwrap();
+            assert!(!again.index_rebuilt);
+        }
     }
 }

@@ -95,7 +95,9 @@ pub fn sort_key(table: &str) -> Option<&'static str> {
 /// 1e7-task store's `task_windows` files held 4 Mi rows in 256 row groups
 /// (a footer of 193 KB), and a victim's read parsed one such footer per
 /// bucket: about 6 ms of a 0.14 s process (docs/performance.md). At 1 Mi
-/// rows a footer holds 64 row groups, about as many as at 1e6 tasks.
+/// rows a footer of `tasks` or `task_windows` holds 64 row groups, about
+/// as many as at 1e6 tasks (256 of `host_windows`, whose groups are
+/// smaller, [`rows_per_group`]).
 pub fn rows_per_file(table: &str) -> usize {
     if time_columns(table).is_some() {
         1 << 20

@@ -852,6 +852,11 @@ fn window_span(table: &str, batch: &RecordBatch) -> Option<[i64; 2]> {
     Some([first, last])
 }
 
+/// `span` (if any) widened to cover `more`.
+fn widen(span: Option<[i64; 2]>, more: [i64; 2]) -> [i64; 2] {
+    span.map_or(more, |[a, b]| [a.min(more[0]), b.max(more[1])])
+}
+
 pub(crate) fn time_column<'a>(
     batch: &'a RecordBatch,
     name: &str,
@@ -1145,8 +1150,8 @@ fn encode_files(
             } else {
                 RecordBatch::try_new(schema.clone(), gathered.columns().to_vec())?
             };
-            if let Some([a, b]) = window_span(name, &batch) {
-                span = Some(span.map_or([a, b], |[x, y]| [x.min(a), y.max(b)]));
+            if let Some(more) = window_span(name, &batch) {
+                span = Some(widen(span, more));
             }
             w.write(&batch).map_err(perr)?;
         }
@@ -1898,10 +1903,7 @@ impl PendingBatch {
                     })?;
                 if let Some(span) = window_span(name, &slice) {
                     let file = self.files.last_mut().expect("recorded when opened");
-                    file.window_span = Some(match file.window_span {
-                        Some([a, b]) => [a.min(span[0]), b.max(span[1])],
-                        None => span,
-                    });
+                    file.window_span = Some(widen(file.window_span, span));
                 }
                 *rows += take as u64;
                 offset += take;
@@ -2330,7 +2332,7 @@ impl PendingBatch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMicrosecondArray};
 
@@ -2682,7 +2684,7 @@ mod tests {
     /// `n` tasks rows, task `i` of query `q{i % 7}`: ready at `10 i`
     /// (none for every third), launched at `10 i + 5`, finished at
     /// `10 i + 50 + i % 11`.
-    fn task_rows(from: usize, n: usize) -> RecordBatch {
+    pub(crate) fn task_rows(from: usize, n: usize) -> RecordBatch {
         task_rows_of(from, n, 7)
     }
 
