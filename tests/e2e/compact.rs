@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use culprit_store::Store;
 
-use crate::common::{connect, culprit, run_ok, serve_process, start_server};
+use crate::common::{connect, culprit, run_ok, serve_process, start_server, ServeProcess};
 
 /// What the store answers: every row of the telemetry tables (sorted by
 /// key or identity), the blame of every victim, and the victim's culprits.
@@ -408,6 +408,39 @@ async fn compacted(store: &str, reference: &str) -> bool {
     compacted && files < layout(reference).await.0
 }
 
+/// Rows of `task_windows` in `store`'s manifest.
+async fn stored_windows(store: &str) -> i64 {
+    Store::open(store)
+        .unwrap()
+        .manifest()
+        .await
+        .unwrap()
+        .rows_of(culprit_core::Table::TaskWindows) as i64
+}
+
+/// Waits up to 60 s for `server`'s background compaction of `store`
+/// ([`compacted`] against `reference`); meanwhile `answering`'s client, if
+/// any, must answer every one of its window rows, once.
+async fn until_compacted(
+    server: &ServeProcess,
+    store: &str,
+    reference: &str,
+    answering: Option<(&tokio_postgres::Client, i64)>,
+) {
+    let started = std::time::Instant::now();
+    while !compacted(store, reference).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no background compaction in 60 s:\n{}",
+            server.stderr.lock().unwrap()
+        );
+        if let Some((client, rows)) = answering {
+            assert_eq!(served_windows(client).await, rows);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Rows of `task_windows` the server answers.
 async fn served_windows(client: &tokio_postgres::Client) -> i64 {
     client
@@ -427,12 +460,7 @@ async fn serve_compacts_in_the_background() {
     let tmp = tempfile::tempdir().unwrap();
     let (reference, windows) = store_in_pieces(&tmp.path().join("ref"));
     let expected = answers(&reference);
-    let rows = Store::open(&reference)
-        .unwrap()
-        .manifest()
-        .await
-        .unwrap()
-        .rows_of(culprit_core::Table::TaskWindows) as i64;
+    let rows = stored_windows(&reference).await;
 
     let store = tmp.path().join("live").display().to_string();
     let data = tmp.path().join("ref/in").display().to_string();
@@ -450,17 +478,7 @@ async fn serve_compacts_in_the_background() {
         );
         last = n;
     }
-    let started = std::time::Instant::now();
-    while !compacted(&store, &reference).await {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no background compaction in 60 s:\n{}",
-            server.stderr.lock().unwrap()
-        );
-        // Answering throughout: every row, once.
-        assert_eq!(served_windows(&client).await, rows);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_compacted(&server, &store, &reference, Some((&client, rows))).await;
     assert!(server.alive());
     assert_eq!(served_windows(&client).await, rows);
     assert!(server
@@ -483,12 +501,7 @@ async fn serve_compacts_in_the_background() {
 async fn serve_compaction_takes_its_memory_from_the_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let (reference, windows) = store_in_pieces(&tmp.path().join("ref"));
-    let rows = Store::open(&reference)
-        .unwrap()
-        .manifest()
-        .await
-        .unwrap()
-        .rows_of(culprit_core::Table::TaskWindows) as i64;
+    let rows = stored_windows(&reference).await;
     let file_order = culprit_store::merge_memory(None);
     let time_order =
         culprit_store::merge_memory(Some(culprit_store::CompactOptions::default().slice_rows));
@@ -523,15 +536,7 @@ async fn serve_compaction_takes_its_memory_from_the_budget() {
         &store,
         &[&every[..], &["--memory-budget-mb", "240"]].concat(),
     );
-    let started = std::time::Instant::now();
-    while !compacted(&store, &reference).await {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no background compaction in 60 s:\n{}",
-            server.stderr.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_compacted(&server, &store, &reference, None).await;
     let client = connect(server.addr).await;
     assert_eq!(served_windows(&client).await, rows);
     let log = server.stderr.lock().unwrap().clone();
