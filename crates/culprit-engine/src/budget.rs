@@ -381,6 +381,33 @@ impl Budget {
     }
 }
 
+/// Runs `work` on a blocking thread of the current runtime, holding `held`
+/// (an [`Admission`], a [`Reservation`]: what counts the work's memory in
+/// the budget) until the work ends, and gives both back.
+///
+/// A statement cancelled or timed out drops its wait, not the work: a
+/// blocking thread runs on to its end. Were `held` kept by the waiting
+/// future, the budget would take it back at the cancel and admit new work
+/// beside memory still in use (so a client cancelling and retrying heavy
+/// analyses could pile up sweeps past the budget). Every budgeted
+/// computation goes through here: the SQL table functions (at once, or by
+/// groups of victims), a worker's sweeps of its host buckets, the slot
+/// holders' shares of a focused read.
+pub async fn run_held<H, T>(
+    held: H,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<(T, H), tokio::task::JoinError>
+where
+    H: Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let out = work();
+        (out, held)
+    })
+    .await
+}
+
 struct Queued<'a>(&'a AtomicUsize);
 
 impl Drop for Queued<'_> {
@@ -548,6 +575,46 @@ pub fn default_limit() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a computation holds stays counted until it ends, however its
+    /// caller's wait ends; it comes back with the output when the caller
+    /// waits to the end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_holds_its_memory_past_a_cancelled_wait() {
+        use std::sync::mpsc;
+        let b = Budget::new(BudgetOptions {
+            limit: Some(1000),
+            heavy_slots: 1,
+            heavy_queue: None,
+            read_cache: Some(0),
+        });
+        let (started, on_start) = mpsc::channel();
+        let (let_go, go) = mpsc::channel::<()>();
+        let held = b.try_reserve("work", 600).unwrap();
+        let wait = tokio::spawn(run_held(held, move || {
+            started.send(()).unwrap();
+            let _ = go.recv_timeout(Duration::from_secs(60));
+            7
+        }));
+        let on_start = tokio::task::spawn_blocking(move || on_start.recv().is_ok());
+        assert!(on_start.await.unwrap());
+        wait.abort();
+        assert!(wait.await.unwrap_err().is_cancelled());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(b.used(), 600, "given back while the work runs");
+        assert!(b.try_reserve("more", 600).is_err());
+        let_go.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while b.used() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(b.used(), 0, "never given back");
+        // Waited to the end: the output and what was held come back.
+        let (out, held) = run_held(b.try_reserve("again", 300).unwrap(), || 7)
+            .await
+            .unwrap();
+        assert_eq!((out, held.size(), b.used()), (7, 300, 300));
+    }
 
     #[tokio::test]
     async fn reservations_count_and_refuse() {

@@ -328,7 +328,7 @@ impl Engine {
         held: Reservation,
     ) -> Result<Reservation, Error> {
         let ds = snapshot.ds.clone();
-        tokio::task::spawn_blocking(move || {
+        let (kept, held) = crate::budget::run_held(held, move || {
             if let Some(shares) = ds.shares.as_deref() {
                 culprit_core::method::keep_shares(
                     &ds,
@@ -337,10 +337,11 @@ impl Engine {
                     shares.attribution,
                 )?;
             }
-            Ok(held)
+            Ok::<(), Error>(())
         })
         .await
-        .map_err(|e| Error::Internal(format!("explaining the slot holders: {e}")))?
+        .map_err(|e| Error::Internal(format!("explaining the slot holders: {e}")))?;
+        kept.map(|()| held)
     }
 
     /// The groups in which an analysis over every query that ran in

@@ -27,7 +27,7 @@ mod shards;
 mod shares;
 
 pub use analyses::Blamed;
-pub use budget::{Admission, Budget, BudgetOptions, Reservation};
+pub use budget::{run_held, Admission, Budget, BudgetOptions, Reservation};
 pub use engine::{Engine, Snapshot, WINDOW_CACHE_ROWS};
 pub use error::Error;
 pub use focus::{Focus, VictimGroups, GROUP_TASKS};

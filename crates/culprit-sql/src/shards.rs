@@ -290,13 +290,14 @@ impl ExecutionPlan for SweepExec {
                             None => None,
                         };
                         let started = std::time::Instant::now();
-                        let batches =
-                            tokio::task::spawn_blocking(move || snapshot.sweep_share(&job, &chunk))
-                                .await
-                                .map_err(|e| {
-                                    DataFusionError::Internal(format!("culprit sweep: {e}"))
-                                })?
-                                .map_err(on_worker)?;
+                        // Held by the sweep until it ends, even when the
+                        // coordinator's statement is cancelled meanwhile.
+                        let (batches, admitted) = culprit_engine::run_held(admitted, move || {
+                            snapshot.sweep_share(&job, &chunk)
+                        })
+                        .await
+                        .map_err(|e| DataFusionError::Internal(format!("culprit sweep: {e}")))?;
+                        let batches = batches.map_err(on_worker)?;
                         log::info!(
                             "swept a share of {n} host buckets: {} level-4 nodes in {:.2} s",
                             batches.iter().map(|b| b.num_rows()).sum::<usize>(),

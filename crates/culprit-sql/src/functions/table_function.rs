@@ -201,16 +201,14 @@ impl TableProvider for ComputedTable {
         // The method is CPU work: keep it off the async workers.
         let started = std::time::Instant::now();
         // The slot and the working memory stay held until the computation
-        // ends, even when the statement is cancelled meanwhile (the blocking
-        // thread runs on to its end, and drops them with its output).
-        let (rows, mut admission) =
-            tokio::task::spawn_blocking(move || (compute(&snapshot), admission))
-                .await
-                .map_err(|e| {
-                    // A panic in the method is a bug: XX000, and a log line.
-                    log::error!("{}(): the computation failed: {e}", self.name);
-                    to_datafusion(Error::Internal(format!("{}(): {e}", self.name)))
-                })?;
+        // ends, even when the statement is cancelled meanwhile (`run_held`).
+        let (rows, mut admission) = culprit_engine::run_held(admission, move || compute(&snapshot))
+            .await
+            .map_err(|e| {
+                // A panic in the method is a bug: XX000, and a log line.
+                log::error!("{}(): the computation failed: {e}", self.name);
+                to_datafusion(Error::Internal(format!("{}(): {e}", self.name)))
+            })?;
         let rows = rows?;
         if let Some(read) = read {
             self.read.lock().expect("read").push(read);
@@ -380,7 +378,17 @@ impl PartitionStream for Grouped {
                         Ok(s) => s,
                         Err(e) => return Some((Err(to_datafusion(e)), None)),
                     };
-                    match compute_group(name, snapshot, &groups, i, &compute).await {
+                    // The admission goes with the group's computation and
+                    // comes back with its rows: a statement cancelled
+                    // meanwhile leaves it held until the computation ends.
+                    let held = st.admission.take();
+                    let (rows, held) =
+                        match compute_group(name, snapshot, &groups, i, &compute, held).await {
+                            Ok(done) => done,
+                            Err(e) => return Some((Err(e), None)),
+                        };
+                    st.admission = held;
+                    match rows {
                         Ok(rows) => {
                             if let Err(e) = st.reservation.try_resize(rows.bytes) {
                                 let e = DataFusionError::ResourcesExhausted(format!(
@@ -408,22 +416,25 @@ impl PartitionStream for Grouped {
     }
 }
 
-/// Computes group `i`'s result on a blocking thread.
-async fn compute_group(
+/// Computes group `i`'s result on a blocking thread, holding `held` (the
+/// call's admission) until it ends ([`culprit_engine::run_held`]); gives it
+/// back with the result.
+async fn compute_group<H: Send + 'static>(
     name: &'static str,
     snapshot: Snapshot,
     groups: &culprit_engine::VictimGroups,
     i: usize,
     compute: &GroupCompute,
-) -> Result<Rows> {
+    held: H,
+) -> Result<(Result<Rows>, H)> {
     let victims = groups.groups[i].clone();
     let compute = compute.clone();
-    tokio::task::spawn_blocking(move || compute(&snapshot, &victims))
+    culprit_engine::run_held(held, move || compute(&snapshot, &victims))
         .await
         .map_err(|e| {
             log::error!("{name}(): the computation failed: {e}");
             to_datafusion(Error::Internal(format!("{name}(): {e}")))
-        })?
+        })
 }
 
 /// The result's one partition: its batches, read once.
@@ -554,5 +565,162 @@ impl<F: TableFunction> TableFunctionImpl for Registered<F> {
             }),
         });
         Ok(Arc::new(table))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use culprit_core::Table;
+    use culprit_engine::{Budget, BudgetOptions};
+    use culprit_store::Store;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::prelude::SessionContext;
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// A store of a small generated workload.
+    async fn small_store() -> Store {
+        let w = culprit_sim::fast(&culprit_sim::FastConfig {
+            tasks: 2_000,
+            hosts: 4,
+            tasks_per_query: 100,
+            ..Default::default()
+        });
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        for (table, rows) in [
+            (Table::Queries, &w.queries),
+            (Table::Stages, &w.stages),
+            (Table::Tasks, &w.tasks),
+            (Table::TaskWindows, &w.task_windows),
+            (Table::HostWindows, &w.host_windows),
+        ] {
+            batch
+                .write(table, std::slice::from_ref(rows))
+                .await
+                .unwrap();
+        }
+        batch.commit().await.unwrap();
+        store
+    }
+
+    /// Whether a heavy analysis is admitted within `wait`.
+    async fn heavy_admitted(budget: &Budget, wait: Duration) -> bool {
+        tokio::time::timeout(wait, budget.admit("a probe", 0, true))
+            .await
+            .is_ok_and(|a| a.is_ok())
+    }
+
+    /// A statement cancelled (or timed out) while its computation runs
+    /// drops its wait, not the computation: a blocking thread runs on to
+    /// its end. Its heavy slot and working memory must stay counted until
+    /// then, or the budget admits new analyses beside memory still in use.
+    /// The computation here blocks until the test lets it go, so each step
+    /// is certain: both ways a call over every victim is computed (at
+    /// once, and by groups of victims on a store larger than the window
+    /// cache).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_call_holds_its_slot_and_memory_until_its_computation_ends() {
+        let store = small_store().await;
+        for by_groups in [false, true] {
+            let budget = Budget::new(BudgetOptions {
+                limit: Some(1 << 30),
+                heavy_slots: 1,
+                heavy_queue: None,
+                read_cache: Some(0),
+            });
+            let rows = if by_groups { 0 } else { u64::MAX };
+            let engine = Arc::new(
+                Engine::with_budget(store.clone(), budget.clone()).with_window_cache_rows(rows),
+            );
+            let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
+            // The computation says it started, then waits to be let go.
+            let (started, on_start) = mpsc::channel::<()>();
+            let (let_go, go) = mpsc::channel::<()>();
+            let go = Arc::new(Mutex::new(go));
+            let empty = RecordBatch::new_empty(schema.clone());
+            let run = {
+                let (started, go, empty) = (Mutex::new(started), go.clone(), empty.clone());
+                move || {
+                    started.lock().unwrap().send(()).unwrap();
+                    let _ = go.lock().unwrap().recv_timeout(Duration::from_secs(60));
+                    Ok(Rows::one(empty.clone()))
+                }
+            };
+            let run = Arc::new(run);
+            let compute: Compute = {
+                let run = run.clone();
+                Arc::new(move |_: &Snapshot| run())
+            };
+            let mut table = ComputedTable::new("probe", schema, engine, false, None, compute);
+            table.cost = Cost::AllVictims;
+            if by_groups {
+                table.by_groups = Some(ByGroups {
+                    window: (i64::MIN, i64::MAX),
+                    compute: Arc::new(move |_: &Snapshot, _: &[String]| run()),
+                });
+            }
+            let table = Arc::new(table);
+            let idle = budget.used();
+            let statement = tokio::spawn({
+                let table = table.clone();
+                async move {
+                    let ctx = SessionContext::new();
+                    let plan = table.scan(&ctx.state(), None, &[], None).await?;
+                    let mut rows = plan.execute(0, ctx.task_ctx())?;
+                    while let Some(b) = rows.next().await {
+                        b?;
+                    }
+                    Ok::<_, DataFusionError>(())
+                }
+            });
+            let on_start = tokio::task::spawn_blocking(move || {
+                on_start.recv_timeout(Duration::from_secs(60)).is_ok()
+            });
+            assert!(
+                on_start.await.unwrap(),
+                "by groups {by_groups}: never started"
+            );
+            let running = budget.used();
+            assert!(
+                !heavy_admitted(&budget, Duration::from_millis(100)).await,
+                "by groups {by_groups}: a second heavy analysis got the only slot"
+            );
+            // The statement is cancelled: its future is dropped.
+            statement.abort();
+            assert!(statement.await.unwrap_err().is_cancelled());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                !heavy_admitted(&budget, Duration::from_millis(300)).await,
+                "by groups {by_groups}: the slot was given back while the computation ran"
+            );
+            assert_eq!(
+                budget.used(),
+                running,
+                "by groups {by_groups}: memory given back while the computation ran \
+                 ({idle} bytes idle)"
+            );
+            // The computation ends: then, and only then, both come back.
+            let_go.send(()).unwrap();
+            assert!(
+                heavy_admitted(&budget, Duration::from_secs(30)).await,
+                "by groups {by_groups}: the slot never came back"
+            );
+            // (What stays is the engine's dataset cache, if it loaded one.)
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while budget.used() >= running && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(
+                budget.used() < running,
+                "by groups {by_groups}: the working memory never came back \
+                 ({idle} bytes idle, {running} running)"
+            );
+            drop(table);
+        }
     }
 }
