@@ -36,6 +36,34 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// One turn at a time for the watch's two large users of memory: an
+/// ingest (about 330 MiB at 1e7 tasks) and a merge of the background
+/// compaction (150-200 MiB, docs/operations.md). Taken in turn, the watch
+/// holds the larger of the two at once, not their sum. A merge asks for
+/// its turn without waiting (the compaction's [`MemoryGate`]): while an
+/// ingest runs, its group of files is left for a later check. An ingest
+/// waits for one group's merge at most.
+///
+/// [`MemoryGate`]: culprit_store::MemoryGate
+#[derive(Clone, Default)]
+struct Turns(std::sync::Arc<tokio::sync::Mutex<()>>);
+
+impl Turns {
+    /// An ingest's turn, held until it is dropped.
+    async fn ingest(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.0.clone().lock_owned().await
+    }
+
+    /// The gate of the background compaction's merges.
+    fn gate(&self) -> culprit_store::MemoryGate {
+        let turns = self.0.clone();
+        culprit_store::MemoryGate::new(move |_| match turns.clone().try_lock_owned() {
+            Ok(turn) => Ok(Box::new(turn) as culprit_store::MemoryGrant),
+            Err(_) => Err("an ingest is running".to_string()),
+        })
+    }
+}
+
 pub async fn run(
     store: &Store,
     paths: &[String],
@@ -51,9 +79,13 @@ pub async fn run(
         interval.as_secs_f64()
     );
     // Background compaction beside the looks (its commit and an ingest's
-    // are both atomic and retried against each other's manifest); it stops
-    // with the watch.
-    let compactor = compaction.map(|auto| tokio::spawn(auto.run(store.clone())));
+    // are both atomic and retried against each other's manifest), its
+    // merges never during an ingest (`Turns`); it stops with the watch.
+    let turns = Turns::default();
+    let compactor = compaction.map(|mut auto| {
+        auto.compact.memory.get_or_insert_with(|| turns.gate());
+        tokio::spawn(auto.run(store.clone()))
+    });
     let _stop = AbortOnDrop(compactor);
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
@@ -71,6 +103,7 @@ pub async fn run(
                     .cloned()
                     .collect();
                 if !todo.is_empty() {
+                    let _turn = turns.ingest().await;
                     match culprit_ingest::ingest(store, todo, &opts, &()).await {
                         Ok(report) => {
                             // Every look that read something says what it
@@ -91,5 +124,29 @@ pub async fn run(
             }
             _ = tokio::time::sleep(interval) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A merge of the background compaction never runs during an ingest,
+    /// nor an ingest during a merge.
+    #[tokio::test]
+    async fn merges_and_ingests_take_turns() {
+        let turns = Turns::default();
+        let gate = turns.gate();
+        let take = |gate: &culprit_store::MemoryGate| gate.take(100 << 20);
+        let ingest = turns.ingest().await;
+        assert_eq!(take(&gate).err().as_deref(), Some("an ingest is running"));
+        drop(ingest);
+        let merge = take(&gate).expect("no ingest runs: the merge's turn");
+        let waited = tokio::time::timeout(Duration::from_millis(200), turns.ingest()).await;
+        assert!(waited.is_err(), "an ingest began during a merge");
+        drop(merge);
+        let _ingest = tokio::time::timeout(Duration::from_secs(5), turns.ingest())
+            .await
+            .expect("the merge ended: the ingest's turn");
     }
 }

@@ -103,6 +103,11 @@ impl MemoryGate {
     ) -> MemoryGate {
         MemoryGate(std::sync::Arc::new(take))
     }
+
+    /// Asks for `bytes`: the grant, or the refusal's reason.
+    pub fn take(&self, bytes: u64) -> std::result::Result<MemoryGrant, String> {
+        (self.0)(bytes)
+    }
 }
 
 impl std::fmt::Debug for MemoryGate {

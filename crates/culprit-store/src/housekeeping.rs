@@ -73,6 +73,10 @@ impl AutoCompact {
             min_files: self.min_files.max(2),
             ..self.compact.clone()
         };
+        // Checks in a row that left groups for later: the first says so as
+        // a warning, the next ones (a busy budget, a long ingest) at info,
+        // and the one that catches up says that.
+        let mut deferring = 0usize;
         loop {
             tokio::time::sleep(self.every).await;
             let manifest = match store.manifest().await {
@@ -87,30 +91,63 @@ impl AutoCompact {
             }
             let started = std::time::Instant::now();
             match store.compact(&opts, |_, _| {}).await {
-                Ok(r) if r.deferred > 0 => log::warn!(
-                    "background compaction: {} groups of files left for later, {}; {} files \
-                     merged into {}, version {:?}",
-                    r.deferred,
-                    r.deferred_because.as_deref().unwrap_or("no memory"),
-                    r.files_merged(),
-                    r.written,
-                    r.version
-                ),
-                Ok(r) => log::info!(
-                    "background compaction: {} files merged into {} ({} rows; groups of time \
-                     tables: {} in order of time, {} file after file), {} retired files \
-                     removed, version {:?}, {:.2} s",
-                    r.files_merged(),
-                    r.written,
-                    r.rows,
-                    r.time_ordered,
-                    r.file_order,
-                    r.removed,
-                    r.version,
-                    started.elapsed().as_secs_f64()
-                ),
+                Ok(r) if r.deferred > 0 => {
+                    deferring += 1;
+                    log::log!(
+                        deferral_level(deferring),
+                        "background compaction: {} groups of files left for later, {} \
+                         ({} checks in a row); {} files merged into {}, version {:?}",
+                        r.deferred,
+                        r.deferred_because.as_deref().unwrap_or("no memory"),
+                        deferring,
+                        r.files_merged(),
+                        r.written,
+                        r.version
+                    )
+                }
+                Ok(r) => {
+                    log::info!(
+                        "background compaction: {} files merged into {} ({} rows; groups of \
+                         time tables: {} in order of time, {} file after file), {} retired \
+                         files removed, version {:?}, {:.2} s{}",
+                        r.files_merged(),
+                        r.written,
+                        r.rows,
+                        r.time_ordered,
+                        r.file_order,
+                        r.removed,
+                        r.version,
+                        started.elapsed().as_secs_f64(),
+                        if deferring > 0 {
+                            format!(" (caught up after {deferring} checks that left groups)")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    deferring = 0;
+                }
                 Err(e) => log::warn!("background compaction failed (tried again later): {e}"),
             }
         }
+    }
+}
+
+/// The level of the log line of the `n`th check in a row that left groups
+/// of files for later: a warning the first time, info after.
+fn deferral_level(n: usize) -> log::Level {
+    if n <= 1 {
+        log::Level::Warn
+    } else {
+        log::Level::Info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_deferral_warns_once_in_a_row() {
+        use log::Level::{Info, Warn};
+        let levels: Vec<_> = (1..=4).map(super::deferral_level).collect();
+        assert_eq!(levels, [Warn, Info, Info, Info]);
     }
 }
