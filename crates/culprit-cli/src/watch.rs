@@ -37,7 +37,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// One turn at a time for the watch's two large users of memory: an
-/// ingest (about 330 MiB at 1e7 tasks) and a merge of the background
+/// ingest (about 350 MiB at 1e7 tasks) and a merge of the background
 /// compaction (150-200 MiB, docs/operations.md). Taken in turn, the watch
 /// holds the larger of the two at once, not their sum. A merge asks for
 /// its turn without waiting (the compaction's [`MemoryGate`]): while an
@@ -83,7 +83,7 @@ pub async fn run(
     // merges never during an ingest (`Turns`); it stops with the watch.
     let turns = Turns::default();
     let compactor = compaction.map(|mut auto| {
-        auto.compact.memory.get_or_insert_with(|| turns.gate());
+        auto.compact.memory = Some(turns.gate());
         tokio::spawn(auto.run(store.clone()))
     });
     let _stop = AbortOnDrop(compactor);
@@ -144,7 +144,21 @@ mod tests {
         let merge = take(&gate).expect("no ingest runs: the merge's turn");
         let waited = tokio::time::timeout(Duration::from_millis(200), turns.ingest()).await;
         assert!(waited.is_err(), "an ingest began during a merge");
+        // An ingest waiting when the merge ends goes before the next merge.
+        let queued = tokio::spawn({
+            let turns = turns.clone();
+            async move {
+                let _turn = turns.ingest().await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
         drop(merge);
+        assert!(
+            take(&gate).is_err(),
+            "a second merge went before the waiting ingest"
+        );
+        queued.await.unwrap();
         let _ingest = tokio::time::timeout(Duration::from_secs(5), turns.ingest())
             .await
             .expect("the merge ended: the ingest's turn");

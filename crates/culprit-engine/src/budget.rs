@@ -389,10 +389,12 @@ impl Budget {
 /// blocking thread runs on to its end. Were `held` kept by the waiting
 /// future, the budget would take it back at the cancel and admit new work
 /// beside memory still in use (so a client cancelling and retrying heavy
-/// analyses could pile up sweeps past the budget). Every budgeted
-/// computation goes through here: the SQL table functions (at once, or by
-/// groups of victims), a worker's sweeps of its host buckets, the slot
-/// holders' shares of a focused read.
+/// analyses could pile up sweeps past the budget). Every analysis goes
+/// through here: the SQL table functions (at once, or by groups of
+/// victims), a worker's sweeps of its host buckets, the slot holders'
+/// shares of a focused read. (The background compaction's merges hold
+/// their memory in the compaction's own future, which only a server's
+/// shutdown drops.)
 pub async fn run_held<H, T>(
     held: H,
     work: impl FnOnce() -> T + Send + 'static,

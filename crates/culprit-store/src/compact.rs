@@ -91,11 +91,11 @@ impl MemoryGate {
         order: Option<TimeOrder>,
     ) -> std::result::Result<(Option<TimeOrder>, MemoryGrant), String> {
         if let Some(o) = &order {
-            if let Ok(grant) = (self.0)(merge_memory(Some(o.slice_rows))) {
+            if let Ok(grant) = self.take(merge_memory(Some(o.slice_rows))) {
                 return Ok((order, grant));
             }
         }
-        (self.0)(merge_memory(None)).map(|grant| (None, grant))
+        self.take(merge_memory(None)).map(|grant| (None, grant))
     }
 
     pub fn new(

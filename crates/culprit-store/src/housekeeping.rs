@@ -74,8 +74,9 @@ impl AutoCompact {
             ..self.compact.clone()
         };
         // Checks in a row that left groups for later: the first says so as
-        // a warning, the next ones (a busy budget, a long ingest) at info,
-        // and the one that catches up says that.
+        // a warning, the next ones (a busy budget, a long ingest) at info
+        // but the 10th, 100th, ... (still stuck), and the one that catches
+        // up says that.
         let mut deferring = 0usize;
         loop {
             tokio::time::sleep(self.every).await;
@@ -87,6 +88,14 @@ impl AutoCompact {
                 }
             };
             if !self.due(&manifest) {
+                if deferring > 0 {
+                    // Another process compacted what was left.
+                    log::info!(
+                        "background compaction: nothing left to merge after {deferring} checks \
+                         that left groups"
+                    );
+                    deferring = 0;
+                }
                 continue;
             }
             let started = std::time::Instant::now();
@@ -133,9 +142,15 @@ impl AutoCompact {
 }
 
 /// The level of the log line of the `n`th check in a row that left groups
-/// of files for later: a warning the first time, info after.
+/// of files for later: a warning the first time and at every power of ten
+/// (a compaction that stays stuck is said again, less and less often), info
+/// else.
 fn deferral_level(n: usize) -> log::Level {
-    if n <= 1 {
+    let mut p = 1;
+    while p < n {
+        p = p.saturating_mul(10);
+    }
+    if p == n {
         log::Level::Warn
     } else {
         log::Level::Info
@@ -145,9 +160,11 @@ fn deferral_level(n: usize) -> log::Level {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_deferral_warns_once_in_a_row() {
-        use log::Level::{Info, Warn};
-        let levels: Vec<_> = (1..=4).map(super::deferral_level).collect();
-        assert_eq!(levels, [Warn, Info, Info, Info]);
+    fn a_deferral_warns_once_then_at_powers_of_ten() {
+        use log::Level::Warn;
+        let warned: Vec<usize> = (1..=1000)
+            .filter(|&n| super::deferral_level(n) == Warn)
+            .collect();
+        assert_eq!(warned, [1, 10, 100, 1000]);
     }
 }

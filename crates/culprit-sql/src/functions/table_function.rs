@@ -303,7 +303,8 @@ struct Grouped {
     groups: Arc<culprit_engine::VictimGroups>,
     compute: GroupCompute,
     /// The call's heavy slot and working memory, held until its last group
-    /// is sent (or the statement ends).
+    /// is sent (or, when the statement ends first, until the computation
+    /// of the group then running ends: `compute_group`).
     admission: Mutex<Option<culprit_engine::Admission>>,
 }
 
@@ -637,6 +638,11 @@ mod tests {
             let engine = Arc::new(
                 Engine::with_budget(store.clone(), budget.clone()).with_window_cache_rows(rows),
             );
+            let groups = engine
+                .victim_groups((i64::MIN, i64::MAX), culprit_engine::GROUP_TASKS)
+                .await
+                .unwrap();
+            assert_eq!(groups.is_some(), by_groups, "not the path meant");
             let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
             // The computation says it started, then waits to be let go.
             let (started, on_start) = mpsc::channel::<()>();
