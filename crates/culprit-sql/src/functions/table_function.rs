@@ -583,12 +583,13 @@ mod tests {
 
     use super::*;
 
-    /// A store of a small generated workload.
-    async fn small_store() -> Store {
+    /// A store of a generated workload of `tasks` tasks.
+    async fn store_of(tasks: usize) -> Store {
         let w = culprit_sim::fast(&culprit_sim::FastConfig {
-            tasks: 2_000,
-            hosts: 4,
-            tasks_per_query: 100,
+            tasks,
+            hosts: 8,
+            tasks_per_query: 1_000,
+            windows_per_task: 1,
             ..Default::default()
         });
         let store = Store::open("memory://").unwrap();
@@ -623,11 +624,18 @@ mod tests {
     /// The computation here blocks until the test lets it go, so each step
     /// is certain: both ways a call over every victim is computed (at
     /// once, and by groups of victims on a store larger than the window
-    /// cache).
+    /// cache, cancelled in its second group: the admission is carried from
+    /// group to group).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_call_holds_its_slot_and_memory_until_its_computation_ends() {
-        let store = small_store().await;
         for by_groups in [false, true] {
+            // Two groups of victims at least, by groups.
+            let tasks = if by_groups {
+                2 * culprit_engine::GROUP_TASKS as usize + 8_000
+            } else {
+                2_000
+            };
+            let store = store_of(tasks).await;
             let budget = Budget::new(BudgetOptions {
                 limit: Some(1 << 30),
                 heavy_slots: 1,
@@ -643,6 +651,9 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(groups.is_some(), by_groups, "not the path meant");
+            if let Some(groups) = &groups {
+                assert!(groups.groups.len() >= 2, "{} groups", groups.groups.len());
+            }
             let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]));
             // The computation says it started, then waits to be let go.
             let (started, on_start) = mpsc::channel::<()>();
@@ -684,13 +695,27 @@ mod tests {
                     Ok::<_, DataFusionError>(())
                 }
             });
-            let on_start = tokio::task::spawn_blocking(move || {
-                on_start.recv_timeout(Duration::from_secs(60)).is_ok()
-            });
+            // By groups, the first group's computation is let go, and the
+            // statement is cancelled in the second.
+            let on_start = Arc::new(Mutex::new(on_start));
+            let started_again = || {
+                let on_start = on_start.clone();
+                tokio::task::spawn_blocking(move || {
+                    let on_start = on_start.lock().unwrap();
+                    on_start.recv_timeout(Duration::from_secs(60)).is_ok()
+                })
+            };
             assert!(
-                on_start.await.unwrap(),
+                started_again().await.unwrap(),
                 "by groups {by_groups}: never started"
             );
+            if by_groups {
+                let_go.send(()).unwrap();
+                assert!(
+                    started_again().await.unwrap(),
+                    "the second group never started"
+                );
+            }
             let running = budget.used();
             assert!(
                 !heavy_admitted(&budget, Duration::from_millis(100)).await,
