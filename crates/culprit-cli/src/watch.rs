@@ -161,6 +161,6 @@ mod tests {
         queued.await.unwrap();
         let _ingest = tokio::time::timeout(Duration::from_secs(5), turns.ingest())
             .await
-            .expect("the merge ended: the ingest's turn");
+            .expect("no merge nor ingest runs: an ingest's turn");
     }
 }

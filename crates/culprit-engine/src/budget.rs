@@ -393,8 +393,8 @@ impl Budget {
 /// through here: the SQL table functions (at once, or by groups of
 /// victims), a worker's sweeps of its host buckets, the slot holders'
 /// shares of a focused read. (The background compaction's merges hold
-/// their memory in the compaction's own future, which only a server's
-/// shutdown drops.)
+/// their memory in the compaction's own future, which only the end of
+/// `culprit serve` or of `ingest --watch` drops.)
 pub async fn run_held<H, T>(
     held: H,
     work: impl FnOnce() -> T + Send + 'static,

@@ -76,7 +76,8 @@ pub type MemoryGrant = Box<dyn std::any::Any + Send>;
 /// compaction goes on with the next group ([`CompactReport::deferred`]).
 /// `culprit serve` takes the memory from its budget
 /// (`culprit_engine::Budget`), so that the background compaction and the
-/// analyses share one memory budget.
+/// analyses share one memory budget; `culprit ingest --watch` grants a
+/// merge only while no ingest runs (its turns).
 #[derive(Clone)]
 pub struct MemoryGate(
     std::sync::Arc<dyn Fn(u64) -> std::result::Result<MemoryGrant, String> + Send + Sync>,
