@@ -420,14 +420,14 @@ impl PartitionStream for Grouped {
 /// Computes group `i`'s result on a blocking thread, holding `held` (the
 /// call's admission) until it ends ([`culprit_engine::run_held`]); gives it
 /// back with the result.
-async fn compute_group<H: Send + 'static>(
+async fn compute_group(
     name: &'static str,
     snapshot: Snapshot,
     groups: &culprit_engine::VictimGroups,
     i: usize,
     compute: &GroupCompute,
-    held: H,
-) -> Result<(Result<Rows>, H)> {
+    held: Option<culprit_engine::Admission>,
+) -> Result<(Result<Rows>, Option<culprit_engine::Admission>)> {
     let victims = groups.groups[i].clone();
     let compute = compute.clone();
     culprit_engine::run_held(held, move || compute(&snapshot, &victims))
@@ -594,17 +594,13 @@ mod tests {
         });
         let store = Store::open("memory://").unwrap();
         let mut batch = store.begin();
-        for (table, rows) in [
-            (Table::Queries, &w.queries),
-            (Table::Stages, &w.stages),
-            (Table::Tasks, &w.tasks),
-            (Table::TaskWindows, &w.task_windows),
-            (Table::HostWindows, &w.host_windows),
-        ] {
-            batch
-                .write(table, std::slice::from_ref(rows))
-                .await
-                .unwrap();
+        for table in Table::ALL {
+            if let Some(rows) = w.table(table) {
+                batch
+                    .write(table, std::slice::from_ref(rows))
+                    .await
+                    .unwrap();
+            }
         }
         batch.commit().await.unwrap();
         store
@@ -661,9 +657,9 @@ mod tests {
             let go = Arc::new(Mutex::new(go));
             let empty = RecordBatch::new_empty(schema.clone());
             let run = {
-                let (started, go, empty) = (Mutex::new(started), go.clone(), empty.clone());
+                let (go, empty) = (go.clone(), empty.clone());
                 move || {
-                    started.lock().unwrap().send(()).unwrap();
+                    started.send(()).unwrap();
                     let _ = go.lock().unwrap().recv_timeout(Duration::from_secs(60));
                     Ok(Rows::one(empty.clone()))
                 }
