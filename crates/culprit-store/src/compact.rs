@@ -1295,6 +1295,13 @@ mod tests {
         let after = store.manifest().await.unwrap();
         let files: Vec<DataFile> = after.files_named("host_windows").cloned().collect();
         assert_eq!(files.len(), 1);
+        // The batch's second file: the first, of the merge in order of
+        // time, was discarded.
+        assert!(
+            files[0].path.ends_with("-0001.parquet"),
+            "{}",
+            files[0].path
+        );
         let merged: Vec<RecordBatch> = store.scan_files(files, None).try_collect().await.unwrap();
         let mut have = rows_of(&merged);
         have.sort();
@@ -1378,5 +1385,81 @@ mod tests {
         assert_eq!(after.version, before.version);
         assert_eq!(after.files, before.files);
         assert_eq!(listing().await, stored);
+    }
+
+    #[tokio::test]
+    async fn misplaced_rows_then_a_miscount_file_after_file_commit_nothing() {
+        // Both halves at once: the first file's footer misplaces rows in
+        // time (the merge in order of time misses them), and the second
+        // file holds a row more than the manifest counts (the merge file
+        // after file reads it). The compaction fails, and the manifest and
+        // every stored object stay as they were.
+        let store = Store::open("memory://").unwrap();
+        let t0 = 1_700_000_000_000_000i64;
+        for (k, hosts) in [["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
+            .iter()
+            .enumerate()
+        {
+            ingest(&store, host_rows(hosts, t0 + k as i64 * 777_000_000, 5_000)).await;
+        }
+        let before = store.manifest().await.unwrap();
+        let files: Vec<DataFile> = before.files_named("host_windows").cloned().collect();
+        footer_places_group_at_its_start(&store, &files[0], 0).await;
+        // The second file again, with one more row (its footer true).
+        let mut more = rows_of_file(&store, &files[1]).await;
+        more.push(host_rows_at(vec!["h9"], vec![t0 + 777_000_000]));
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(Vec::new(), Table::HostWindows.schema(), None)
+                .unwrap();
+        for b in &more {
+            w.write(b).unwrap();
+        }
+        store
+            .object_store()
+            .put(&store.path(&files[1].path), w.into_inner().unwrap().into())
+            .await
+            .unwrap();
+        let listing = || async {
+            let mut l: Vec<String> = store
+                .object_store()
+                .list(Some(&store.path("tables")))
+                .map_ok(|m| m.location.to_string())
+                .try_collect()
+                .await
+                .unwrap();
+            l.sort();
+            l
+        };
+        // The merge in order of time is tried first (else this is the test
+        // above).
+        assert!(time_slices(&keyed_of_all(&store, &before).await, 7_000).is_some());
+        let stored = listing().await;
+        let opts = CompactOptions {
+            slice_rows: 7_000,
+            ..CompactOptions::default()
+        };
+        match store.compact(&opts, |_, _| {}).await {
+            Err(crate::StoreError::CorruptFiles { what, reason }) => {
+                assert_eq!(what, "3 files of table host_windows");
+                assert_eq!(
+                    reason,
+                    "the manifest counts 30000 rows, a merge of them read 30001"
+                );
+            }
+            other => panic!("not refused as corrupt: {other:?}"),
+        }
+        let after = store.manifest().await.unwrap();
+        assert_eq!(after.version, before.version);
+        assert_eq!(after.files, before.files);
+        assert_eq!(listing().await, stored);
+    }
+
+    /// Every row of a stored file, as batches.
+    async fn rows_of_file(store: &Store, file: &DataFile) -> Vec<RecordBatch> {
+        store
+            .scan_files(vec![file.clone()], None)
+            .try_collect()
+            .await
+            .unwrap()
     }
 }
