@@ -183,7 +183,7 @@ impl CompactionArgs {
                     .clamp(limits::MIN_INTERVAL, limits::MAX_INTERVAL),
             ),
             min_files: self.compact_files,
-            compact: Default::default(),
+            ..Default::default()
         })
     }
 }

@@ -31,6 +31,11 @@ pub struct AutoCompact {
     pub min_files: usize,
     /// The compaction run (its `min_files` is set to the threshold).
     pub compact: CompactOptions,
+    /// Whether a check that leaves groups for later is normal operation:
+    /// `ingest --watch`'s merges wait while its ingests run. Then the
+    /// first check of a streak that leaves groups logs at info, not as a
+    /// warning (the 10th, 100th, ... still warn: still stuck).
+    pub deferral_expected: bool,
 }
 
 impl Default for AutoCompact {
@@ -39,6 +44,7 @@ impl Default for AutoCompact {
             every: DEFAULT_AUTO_COMPACT_EVERY,
             min_files: DEFAULT_AUTO_COMPACT_FILES,
             compact: CompactOptions::default(),
+            deferral_expected: false,
         }
     }
 }
@@ -74,9 +80,9 @@ impl AutoCompact {
             ..self.compact.clone()
         };
         // Checks in a row that left groups for later: the first says so as
-        // a warning, the next ones (a busy budget, a long ingest) at info
-        // but the 10th, 100th, ... (still stuck), and the one that catches
-        // up says that.
+        // a warning (at info when that is expected), the next ones (a busy
+        // budget, a long ingest) at info but the 10th, 100th, ... (still
+        // stuck), and the one that catches up says that.
         let mut deferring = 0usize;
         loop {
             tokio::time::sleep(self.every).await;
@@ -103,7 +109,7 @@ impl AutoCompact {
                 Ok(r) if r.deferred > 0 => {
                     deferring += 1;
                     log::log!(
-                        deferral_level(deferring),
+                        deferral_level(deferring, self.deferral_expected),
                         "background compaction: {} groups of files left for later, {} \
                          ({} checks in a row); {} files merged into {}, version {:?}",
                         r.deferred,
@@ -142,10 +148,13 @@ impl AutoCompact {
 }
 
 /// The level of the log line of the `n`th check in a row that left groups
-/// of files for later: a warning the first time and at every power of ten
-/// (a compaction that stays stuck is said again, less and less often), info
-/// else.
-fn deferral_level(n: usize) -> log::Level {
+/// of files for later: a warning the first time (unless `expected`) and at
+/// every power of ten from 10 (a compaction that stays stuck is said
+/// again, less and less often), info else.
+fn deferral_level(n: usize, expected: bool) -> log::Level {
+    if expected && n == 1 {
+        return log::Level::Info;
+    }
     let mut p = 1;
     while p < n {
         p = p.saturating_mul(10);
@@ -162,9 +171,13 @@ mod tests {
     #[test]
     fn a_deferral_warns_once_then_at_powers_of_ten() {
         use log::Level::Warn;
-        let warned: Vec<usize> = (1..=1000)
-            .filter(|&n| super::deferral_level(n) == Warn)
-            .collect();
-        assert_eq!(warned, [1, 10, 100, 1000]);
+        let warned = |expected| -> Vec<usize> {
+            (1..=1000)
+                .filter(|&n| super::deferral_level(n, expected) == Warn)
+                .collect()
+        };
+        assert_eq!(warned(false), [1, 10, 100, 1000]);
+        // Where a deferral is normal (the watch's turns), not the first.
+        assert_eq!(warned(true), [10, 100, 1000]);
     }
 }
