@@ -37,6 +37,15 @@
 //! On this dataset the method gives the victims exactly the blame it gives
 //! them over the whole store; an unknown victim is refused without reading
 //! any task or window row.
+//!
+//! The reads run on every core, the rows in the order read (the same
+//! statement gives the same bits): tasks are decoded and cut to the span
+//! on a task of their own ([`ahead`]) while the dataset adds those before;
+//! window rows are decoded on one task, checked, matched to their tasks
+//! and cut to those beside an explained task on a second
+//! ([`culprit_core::method::TaskResolver`], a copy of the dataset's tasks:
+//! finding a row's task is most of what adding a row costs, and most rows
+//! decoded are not kept), and added on the third.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -468,11 +477,9 @@ impl Engine {
         // a read cache), for named victims.
         let keeps = cached && self.read_cache().is_some();
         if let Some((a, b)) = hull {
-            let tasks = self
-                .tasks_overlapping(&manifest, (a, b), None, cached)
-                .await?;
-            add_tasks(&mut ds, &tasks);
-            count(&mut held, &ds);
+            let tasks = self.tasks_overlapping(&manifest, (a, b), None, cached);
+            let expected = tasks_in(spans, (a, b));
+            add_tasks(&mut ds, tasks, expected, &mut held).await?;
             // Every victim task overlaps `[a, b]`: their stages are known.
             victim = of_victims(&ds, victims);
             let mut u = (a, b);
@@ -523,11 +530,9 @@ impl Engine {
                     let estimate = widened_estimate(&manifest, spans, u, &explained);
                     held.grow_to(&what, estimate).await?;
                 }
-                let more = self
-                    .tasks_overlapping(&manifest, u, Some((a, b)), cached)
-                    .await?;
-                add_tasks(&mut ds, &more);
-                count(&mut held, &ds);
+                let more = self.tasks_overlapping(&manifest, u, Some((a, b)), cached);
+                let expected = tasks_in(spans, u) - tasks_in(spans, (a, b));
+                add_tasks(&mut ds, more, expected, &mut held).await?;
             }
             region = Some(u);
         }
@@ -537,7 +542,7 @@ impl Engine {
         for &s in &holders {
             explained[s as usize] = true;
         }
-        let needs = Needs::of(&ds, &explained);
+        let needs = Arc::new(Needs::of(&ds, &explained));
         // Of the stages and queries tables (read whole, cached), the rows
         // of the queries an answer can name: the victims', those with a
         // task read, and those whose span overlaps the read (the naive
@@ -588,27 +593,47 @@ impl Engine {
         }
         let mut read = 0usize;
         if let Some((from, to)) = region {
-            for table in [Table::TaskWindows, Table::HostWindows] {
-                let files = manifest.files_of(table).cloned().collect();
-                let mut rows = self.scan(files, (from, to), cached);
-                while let Some(b) = rows.try_next().await? {
-                    let Some(b) = keep(&b, "window_start", None, "window_end", (from, to), None)?
+            // Window rows: decoded ahead on one task, checked and cut to
+            // those beside an explained task on another (most of what a
+            // row costs is finding its task, and most rows decoded are
+            // not kept), added to the dataset here: three stages on the
+            // cores, the rows in the order read.
+            let resolver = Arc::new(ds.task_resolver());
+            if let Some(held) = held.as_deref_mut() {
+                held.grow(resolver.bytes());
+            }
+            let files = manifest.files_of(Table::TaskWindows).cloned().collect();
+            let needs_apart = needs.clone();
+            let resolved =
+                futures::StreamExt::map(self.scan(files, (from, to), cached), move |b| {
+                    let Some(b) = keep(&b?, "window_start", None, "window_end", (from, to), None)?
                     else {
-                        continue;
+                        return Ok::<_, Error>(None);
                     };
-                    match table {
-                        Table::TaskWindows => {
-                            read += b.num_rows();
-                            ds.add_task_windows_where(&b, &|host, s, e| needs.overlaps(host, s, e))
-                        }
-                        _ => {
-                            if let Some(b) = needs.host_rows(&ds, &b)? {
-                                ds.add_host_windows(&b)
-                            }
-                        }
-                    }
-                    count(&mut held, &ds);
+                    let rows = b.num_rows();
+                    let resolved = resolver
+                        .resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e))
+                        .map_err(|e| Error::Store(e.into()))?;
+                    Ok(Some((rows, resolved)))
+                });
+            let mut resolved = ahead(futures::StreamExt::boxed(resolved));
+            while let Some(r) = resolved.try_next().await? {
+                let Some((rows, r)) = r else { continue };
+                read += rows;
+                ds.add_resolved(r);
+                count(&mut held, &ds);
+            }
+            let files = manifest.files_of(Table::HostWindows).cloned().collect();
+            let mut rows = self.scan(files, (from, to), cached);
+            while let Some(b) = rows.try_next().await? {
+                let Some(b) = keep(&b, "window_start", None, "window_end", (from, to), None)?
+                else {
+                    continue;
+                };
+                if let Some(b) = needs.host_rows(&ds, &b)? {
+                    ds.add_host_windows(&b)
                 }
+                count(&mut held, &ds);
             }
         }
         if let Some(region) = region {
@@ -855,13 +880,22 @@ impl Engine {
         span: (i64, i64),
         cached: bool,
     ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
-        let rows = match self.read_cache() {
+        ahead(self.scan_here(files, span, cached))
+    }
+
+    /// [`Engine::scan`], decoded by whoever polls it.
+    fn scan_here(
+        &self,
+        files: Vec<culprit_store::DataFile>,
+        span: (i64, i64),
+        cached: bool,
+    ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
+        match self.read_cache() {
             Some(cache) if cached => self
                 .store()
                 .scan_overlapping_cached(files, None, span.0, span.1, cache),
             _ => self.store().scan_overlapping(files, None, span.0, span.1),
-        };
-        ahead(rows)
+        }
     }
 
     /// The query index of `manifest`, read once per version.
@@ -878,30 +912,31 @@ impl Engine {
     }
 
     /// The `tasks` rows whose `[ready or launch, finish]` overlaps `span`,
-    /// but not `except` (rows already read).
-    async fn tasks_overlapping(
+    /// but not `except` (rows already read): decoded and cut ahead, on a
+    /// task of their own, while the caller adds those before.
+    fn tasks_overlapping(
         &self,
         manifest: &Manifest,
         span: (i64, i64),
         except: Option<(i64, i64)>,
         cached: bool,
-    ) -> Result<Vec<RecordBatch>, Error> {
+    ) -> futures::stream::BoxStream<'static, Result<RecordBatch, Error>> {
+        use futures::StreamExt;
         let files = manifest.files_of(Table::Tasks).cloned().collect();
-        let mut rows = self.scan(files, span, cached);
-        let mut out = Vec::new();
-        while let Some(b) = rows.try_next().await? {
-            if let Some(b) = keep(
-                &b,
-                "launch_time",
-                Some("ready_time"),
-                "finish_time",
-                span,
-                except,
-            )? {
-                out.push(b);
-            }
-        }
-        Ok(out)
+        let rows = self.scan_here(files, span, cached).filter_map(move |b| {
+            let kept = b.map_err(Error::from).and_then(|b| {
+                keep(
+                    &b,
+                    "launch_time",
+                    Some("ready_time"),
+                    "finish_time",
+                    span,
+                    except,
+                )
+            });
+            futures::future::ready(kept.transpose())
+        });
+        ahead(rows.boxed())
     }
 }
 
@@ -989,9 +1024,13 @@ fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecond
 /// when the caller drops the stream (a cancelled statement: it is
 /// aborted); if it fails (a panic), the stream ends with that error, never
 /// early as if the rows were all read.
-fn ahead(
-    mut rows: futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>>,
-) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
+fn ahead<T, E>(
+    mut rows: futures::stream::BoxStream<'static, Result<T, E>>,
+) -> futures::stream::BoxStream<'static, Result<T, E>>
+where
+    T: Send + 'static,
+    E: From<culprit_store::StoreError> + Send + 'static,
+{
     use futures::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     let task = tokio::spawn(async move {
@@ -1002,11 +1041,11 @@ fn ahead(
             }
         }
     });
-    struct Ahead {
-        rx: tokio::sync::mpsc::Receiver<culprit_store::Result<RecordBatch>>,
+    struct Ahead<I> {
+        rx: tokio::sync::mpsc::Receiver<I>,
         task: Option<tokio::task::JoinHandle<()>>,
     }
-    impl Drop for Ahead {
+    impl<I> Drop for Ahead<I> {
         fn drop(&mut self) {
             if let Some(task) = &self.task {
                 task.abort();
@@ -1025,9 +1064,9 @@ fn ahead(
         match task.await {
             Ok(()) => None,
             Err(e) => Some((
-                Err(culprit_store::StoreError::Worker(format!(
+                Err(E::from(culprit_store::StoreError::Worker(format!(
                     "reading rows ahead: {e}"
-                ))),
+                )))),
                 a,
             )),
         }
@@ -1035,11 +1074,21 @@ fn ahead(
     .boxed()
 }
 
-fn add_tasks(ds: &mut Dataset, tasks: &[RecordBatch]) {
-    ds.reserve_tasks(ds.tasks.len() + tasks.iter().map(|b| b.num_rows()).sum::<usize>());
-    for b in tasks {
-        ds.add_tasks(b);
+/// Adds the tasks of `rows` as they come (decoded ahead on another core),
+/// counted in `held`; room for about `expected` more tasks is made first
+/// (the query index's estimate: the vectors grow past it if need be).
+async fn add_tasks(
+    ds: &mut Dataset,
+    mut rows: futures::stream::BoxStream<'static, Result<RecordBatch, Error>>,
+    expected: f64,
+    held: &mut Option<&mut Reservation>,
+) -> Result<(), Error> {
+    ds.reserve_tasks(ds.tasks.len() + expected.max(0.0) as usize);
+    while let Some(b) = rows.try_next().await? {
+        ds.add_tasks(&b);
+        count(held, ds);
     }
+    Ok(())
 }
 
 /// The stages of `ds` with a task running (launch to finish) while a task
@@ -1168,7 +1217,7 @@ mod tests {
     async fn a_failed_reader_ends_the_rows_with_an_error() {
         let failing = futures::stream::unfold(0, |i| async move {
             assert!(i < 2, "decoding failed");
-            Some((Ok(batch()), i + 1))
+            Some((Ok::<_, culprit_store::StoreError>(batch()), i + 1))
         })
         .boxed();
         let got: Vec<_> = ahead(failing).collect().await;
@@ -1177,7 +1226,7 @@ mod tests {
         let err = got[2].as_ref().unwrap_err().to_string();
         assert!(err.contains("reading rows ahead"), "{err}");
 
-        let whole = futures::stream::iter((0..5).map(|_| Ok(batch()))).boxed();
+        let whole = futures::stream::iter((0..5).map(|_| Ok::<_, Error>(batch()))).boxed();
         let got: Vec<_> = ahead(whole).collect().await;
         assert!(got.len() == 5 && got.iter().all(|b| b.is_ok()));
     }

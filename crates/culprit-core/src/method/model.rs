@@ -96,6 +96,28 @@ impl TaskIds {
         t
     }
 
+    /// Adds `id` as the next task if it is not there: `Ok` with its new
+    /// number, else `Err` with the number it has (one hash and one probe
+    /// where [`TaskIds::get`] then [`TaskIds::push`] took two of each).
+    pub fn push_new(&mut self, id: &str) -> Result<u32, u32> {
+        let TaskIds { text, ends, table } = self;
+        let entry = table.entry(
+            Self::hash(id),
+            |&t| Self::name_in(text, ends, t) == id,
+            |&u| Self::hash(Self::name_in(text, ends, u)),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => Err(*e.get()),
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                let t = ends.len() as u32;
+                e.insert(t);
+                text.push_str(id);
+                ends.push(text.len());
+                Ok(t)
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.ends.len()
     }
@@ -444,7 +466,7 @@ impl Dataset {
                 self.skipped_rows += 1;
                 continue;
             };
-            if let Some(t) = self.task_ids.get(id.value(i)) {
+            if let Err(t) = self.task_ids.push_new(id.value(i)) {
                 // A duplicate id: the first row stands.
                 self.skipped_rows += 1;
                 if self.hosts.get(h.value(i)) != Some(self.tasks[t as usize].host) {
@@ -458,7 +480,6 @@ impl Dataset {
             };
             last_stage = Some((i, stage));
             let host = self.hosts.intern(h.value(i));
-            self.task_ids.push(id.value(i));
             self.tasks.push(TaskInfo {
                 stage,
                 host,
@@ -544,7 +565,7 @@ impl Dataset {
         } = self;
         let mut seen = Vec::new();
         *skipped_rows += fold(
-            &self.task_ids,
+            Tasks::Ids(&self.task_ids),
             tasks,
             batch,
             &mut |d| details.intern(d),
@@ -558,6 +579,57 @@ impl Dataset {
                 }
             },
         );
+        for t in seen {
+            self.tasks[t as usize].has_windows = true;
+        }
+    }
+
+    /// The tasks of this dataset, to check `task_windows` rows apart from
+    /// it ([`TaskResolver`]).
+    pub fn task_resolver(&self) -> TaskResolver {
+        TaskResolver {
+            ids: self.task_ids.clone(),
+            hosts: self.tasks.iter().map(|t| t.host).collect(),
+        }
+    }
+
+    /// Adds rows checked by [`TaskResolver::resolve`]: the same as
+    /// [`Dataset::add_task_windows_where`] with the batch and `keep` given
+    /// there. Task numbers never change once given, so the rows stand if
+    /// this dataset added tasks since; rows resolved against more tasks
+    /// than it has (another dataset's) are refused, counted as skipped.
+    pub fn add_resolved(&mut self, resolved: ResolvedWindows) {
+        let ResolvedWindows {
+            rows,
+            seen,
+            details: named,
+            skipped,
+            tasks,
+        } = resolved;
+        if tasks > self.tasks.len() || seen.iter().any(|&t| t as usize >= tasks) {
+            self.skipped_rows += skipped + rows.map_or(0, |(b, _)| b.num_rows());
+            return;
+        }
+        self.skipped_rows += skipped;
+        for d in &named {
+            self.details.intern(d);
+        }
+        if let Some((batch, given)) = rows {
+            let Dataset {
+                details,
+                tasks,
+                windows,
+                skipped_rows,
+                ..
+            } = self;
+            *skipped_rows += fold(
+                Tasks::Given(&given),
+                tasks,
+                &batch,
+                &mut |d| details.intern(d),
+                &mut |_, group, row| windows[group].push(row),
+            );
+        }
         for t in seen {
             self.tasks[t as usize].has_windows = true;
         }
@@ -593,7 +665,7 @@ impl Dataset {
         detail: &mut dyn FnMut(&str) -> u32,
         sink: &mut dyn FnMut(u32, usize, WindowRow),
     ) -> usize {
-        fold(&self.task_ids, &self.tasks, batch, detail, sink)
+        fold(Tasks::Ids(&self.task_ids), &self.tasks, batch, detail, sink)
     }
 
     /// The id of every task, indexed by task number (the inverse of
@@ -796,39 +868,33 @@ impl Dataset {
     }
 }
 
-fn fold(
-    task_ids: &TaskIds,
-    tasks: &[TaskInfo],
+/// The checked `task_windows` rows of `batch`: `row(i, task, resource,
+/// start, end)` for each row `i` whose task `tasks` knows, with times and
+/// a known resource, in order; returns the rows skipped (the others).
+fn checked_rows(
+    tasks: Tasks<'_>,
     batch: &RecordBatch,
-    detail: &mut dyn FnMut(&str) -> u32,
-    sink: &mut dyn FnMut(u32, usize, WindowRow),
+    row: &mut dyn FnMut(usize, u32, Resource, Micros, Micros),
 ) -> usize {
     let (Some(id), Some(res)) = (text(batch, "task_id"), text(batch, "resource")) else {
         return 0;
     };
-    let details = text(batch, "detail");
     let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
-    let f = |name: &str| {
-        batch
-            .column_by_name(name)
-            .map(|c| c.as_primitive::<Float64Type>().clone())
-    };
-    let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
-    let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
-        a.as_ref()
-            .filter(|a| a.is_valid(i))
-            .map_or(0.0, |a| a.value(i))
-    };
     let mut skipped = 0;
     // Consecutive rows usually name the same task, and often the same
     // resource: remember the last lookups.
     let mut last: Option<(usize, u32)> = None;
     let mut last_res: Option<(usize, Resource)> = None;
     for i in 0..batch.num_rows() {
-        let key = id.value(i);
-        let task = match last {
-            Some((j, t)) if id.value(j) == key => Some(t),
-            _ => task_ids.get(key),
+        let task = match tasks {
+            Tasks::Given(given) => given.get(i).copied(),
+            Tasks::Ids(task_ids) => {
+                let key = id.value(i);
+                match last {
+                    Some((j, t)) if id.value(j) == key => Some(t),
+                    _ => task_ids.get(key),
+                }
+            }
         };
         let (Some(task), Some(s), Some(e)) = (task, opt_time(&start, i), opt_time(&end, i)) else {
             skipped += 1;
@@ -846,6 +912,40 @@ fn fold(
             },
         };
         last_res = Some((i, r));
+        row(i, task, r, s, e);
+    }
+    skipped
+}
+
+/// How [`checked_rows`] finds the task of a row.
+#[derive(Clone, Copy)]
+enum Tasks<'a> {
+    /// By its id.
+    Ids(&'a TaskIds),
+    /// Given, row by row (resolved before: [`TaskResolver`]).
+    Given(&'a [u32]),
+}
+
+fn fold(
+    tasks_of: Tasks<'_>,
+    tasks: &[TaskInfo],
+    batch: &RecordBatch,
+    detail: &mut dyn FnMut(&str) -> u32,
+    sink: &mut dyn FnMut(u32, usize, WindowRow),
+) -> usize {
+    let details = text(batch, "detail");
+    let f = |name: &str| {
+        batch
+            .column_by_name(name)
+            .map(|c| c.as_primitive::<Float64Type>().clone())
+    };
+    let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
+    let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
+        a.as_ref()
+            .filter(|a| a.is_valid(i))
+            .map_or(0.0, |a| a.value(i))
+    };
+    checked_rows(tasks_of, batch, &mut |i, task, r, s, e| {
         let d = match details.as_ref().filter(|d| d.is_valid(i)) {
             Some(d) => detail(d.value(i)),
             None => 0,
@@ -865,8 +965,108 @@ fn fold(
                 gc: val(&gc, i) as f32,
             },
         );
+    })
+}
+
+/// The tasks of a dataset, apart from it, to check and filter
+/// `task_windows` rows on another thread while the dataset takes the rows
+/// checked before ([`Dataset::task_resolver`]): looking up a task id is
+/// most of adding a row, and a focused read keeps a small share of the
+/// rows it decodes. The dataset must not add tasks meanwhile.
+#[derive(Debug, Clone)]
+pub struct TaskResolver {
+    ids: TaskIds,
+    /// The host of each task.
+    hosts: Vec<u32>,
+}
+
+/// `task_windows` rows checked by a [`TaskResolver`], for
+/// [`Dataset::add_resolved`].
+#[derive(Debug)]
+pub struct ResolvedWindows {
+    /// The rows kept, with their tasks.
+    rows: Option<(RecordBatch, Vec<u32>)>,
+    /// Every task with a checked row, kept or not (once per run of rows).
+    seen: Vec<u32>,
+    /// The details of the checked rows, kept or not, in the order they
+    /// first appear (interned as adding every row would).
+    details: Vec<String>,
+    skipped: usize,
+    /// The tasks the resolver knew.
+    tasks: usize,
+}
+
+impl ResolvedWindows {
+    /// The rows kept.
+    pub fn len(&self) -> usize {
+        self.rows.as_ref().map_or(0, |(b, _)| b.num_rows())
     }
-    skipped
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl TaskResolver {
+    /// The memory it holds, about.
+    pub fn bytes(&self) -> usize {
+        self.ids.text.capacity()
+            + self.ids.ends.capacity() * std::mem::size_of::<usize>()
+            + self.ids.table.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.hosts.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// What [`Dataset::add_task_windows_where`] would do with `batch` and
+    /// `keep`, done here: its rows checked, their tasks found and the
+    /// rows `keep(host, start, end)` keeps cut out.
+    pub fn resolve(
+        &self,
+        batch: &RecordBatch,
+        keep: &dyn Fn(u32, Micros, Micros) -> bool,
+    ) -> Result<ResolvedWindows, arrow::error::ArrowError> {
+        let details = text(batch, "detail");
+        let mut kept = Vec::new();
+        let mut tasks = Vec::new();
+        let mut seen: Vec<u32> = Vec::new();
+        let mut named: Vec<String> = Vec::new();
+        let mut last_detail: Option<usize> = None;
+        let skipped = checked_rows(Tasks::Ids(&self.ids), batch, &mut |i, task, _, s, e| {
+            if seen.last() != Some(&task) {
+                seen.push(task);
+            }
+            if let Some(d) = details.as_ref().filter(|d| d.is_valid(i)) {
+                let same = last_detail.is_some_and(|j| d.value(j) == d.value(i));
+                if !same && !named.iter().any(|n| n == d.value(i)) {
+                    named.push(d.value(i).to_string());
+                }
+                last_detail = Some(i);
+            }
+            if keep(self.hosts[task as usize], s, e) {
+                kept.push(i as u32);
+                tasks.push(task);
+            }
+        });
+        let rows = if kept.is_empty() {
+            None
+        } else if kept.len() == batch.num_rows() {
+            Some((batch.clone(), tasks))
+        } else {
+            let at = arrow::array::UInt32Array::from(kept);
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c, &at, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some((RecordBatch::try_new(batch.schema(), columns)?, tasks))
+        };
+        Ok(ResolvedWindows {
+            rows,
+            seen,
+            details: named,
+            skipped,
+            tasks: self.hosts.len(),
+        })
+    }
 }
 
 fn text(batch: &RecordBatch, name: &str) -> Option<StringArray> {
@@ -893,8 +1093,95 @@ fn opt_time(
 
 #[cfg(test)]
 mod tests {
-    use super::TaskIds;
+    use super::{Dataset, TaskIds};
+    use crate::batches::{TableBuilder, Value};
+    use crate::Table;
     use std::collections::HashMap;
+
+    /// Rows checked apart by a [`super::TaskResolver`] and added with
+    /// `add_resolved` give the dataset what `add_task_windows_where` gives
+    /// it from the same rows and the same filter: the same rows kept in the
+    /// same order, the same tasks marked as having windows (those whose
+    /// rows were all filtered out too), the same details in the same order
+    /// (those of rows filtered out too) and the same rows skipped (unknown
+    /// tasks, no times, unknown resources). Checked against the input:
+    /// the rows that the filter keeps are counted from it.
+    #[test]
+    fn rows_resolved_apart_are_added_as_rows_given_whole() {
+        use Value::{Null, F, S, T};
+        let mut tasks = TableBuilder::new(Table::Tasks, 8);
+        for (i, host) in ["h0", "h1", "h0", "h2"].iter().enumerate() {
+            tasks.row(&[
+                ("task_id", S(&format!("t{i}"))),
+                ("query_id", S("q")),
+                ("stage_id", S(if i < 2 { "s0" } else { "s1" })),
+                ("host", S(host)),
+                ("launch_time", T(0)),
+                ("finish_time", T(100)),
+            ]);
+        }
+        let tasks = tasks.finish();
+        /// (task, start, end, resource, detail)
+        type Row<'a> = (&'a str, Option<i64>, i64, &'a str, Option<&'a str>);
+        let rows: Vec<Row> = vec![
+            ("t0", Some(0), 10, "cpu", None),
+            ("t0", Some(10), 20, "cpu", Some("lock")),
+            ("t1", Some(0), 50, "network", Some("shuffle")),
+            ("nobody", Some(0), 10, "cpu", None),
+            ("t2", Some(60), 70, "disk_read", Some("execution")),
+            ("t2", None, 70, "cpu", None),
+            ("t3", Some(0), 10, "no such resource", Some("ignored")),
+            ("t3", Some(80), 90, "cpu", Some("lock")),
+            ("t1", Some(55), 60, "cpu", Some("spill")),
+            ("t0", Some(90), 95, "disk_write", None),
+        ];
+        let mut windows = TableBuilder::new(Table::TaskWindows, rows.len());
+        for (task, start, end, resource, detail) in &rows {
+            windows.row(&[
+                ("task_id", S(task)),
+                ("window_start", start.map_or(Null, T)),
+                ("window_end", T(*end)),
+                ("resource", S(resource)),
+                ("detail", detail.map_or(Null, S)),
+                ("blocked", F(*end as f64 / 100.0)),
+                ("acquired", F(1.0)),
+            ]);
+        }
+        let windows = windows.finish_unchecked();
+        let (mut whole, mut apart) = (Dataset::new(), Dataset::new());
+        whole.add_tasks(&tasks);
+        apart.add_tasks(&tasks);
+        // Host h1 is never kept; elsewhere rows that start before 50.
+        let h1 = whole.hosts.get("h1").expect("h1");
+        let keep = |host: u32, start: i64, _end: i64| host != h1 && start < 50;
+        whole.add_task_windows_where(&windows, &keep);
+        let resolved = apart
+            .task_resolver()
+            .resolve(&windows, &keep)
+            .expect("resolved");
+        // From the input: t0's three rows, minus the one at 90; t2's row
+        // starts at 60; t3's known resource starts at 80: two rows.
+        assert_eq!(resolved.len(), 2);
+        apart.add_resolved(resolved);
+        let kept: Vec<_> = whole.windows.iter().flatten().collect();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(whole.windows, apart.windows);
+        let marks = |d: &Dataset| d.tasks.iter().map(|t| t.has_windows).collect::<Vec<_>>();
+        assert_eq!(marks(&whole), vec![true, true, true, true]);
+        assert_eq!(marks(&whole), marks(&apart));
+        assert_eq!(whole.details, apart.details);
+        assert_eq!(whole.details.len(), 5); // "", lock, shuffle, execution, spill
+                                            // nobody, t2 without a start, t3's unknown resource.
+        assert_eq!(whole.skipped_rows, 3);
+        assert_eq!(whole.skipped_rows, apart.skipped_rows);
+
+        // Rows resolved against more tasks than a dataset has are refused.
+        let mut other = Dataset::new();
+        let resolved = apart.task_resolver().resolve(&windows, &keep).unwrap();
+        other.add_resolved(resolved);
+        assert!(other.windows.iter().all(|g| g.is_empty()));
+        assert_eq!(other.skipped_rows, 3 + 2);
+    }
 
     /// Every id added is found with its number and its name, whatever the
     /// table's growth; ids never added (prefixes, extensions) are not.
@@ -913,8 +1200,14 @@ mod tests {
                 continue;
             }
             assert_eq!(ids.get(&id), None, "{id} before it was added");
-            let t = ids.push(&id);
+            // Half by `push`, half by `push_new` (which then finds it).
+            let t = if i % 2 == 0 {
+                ids.push(&id)
+            } else {
+                ids.push_new(&id).expect("a new id")
+            };
             assert_eq!(t as usize, want.len());
+            assert_eq!(ids.push_new(&id), Err(t), "{id} added again");
             want.insert(id, t);
         }
         // The empty id is an id like another.
