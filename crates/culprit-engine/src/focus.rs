@@ -44,8 +44,9 @@
 //! window rows are decoded on one task, checked, matched to their tasks
 //! and cut to those beside an explained task on a second
 //! ([`culprit_core::method::TaskResolver`], a copy of the dataset's tasks:
-//! finding a row's task is most of what adding a row costs, and most rows
-//! decoded are not kept), and added on the third.
+//! finding a row's task was most of what adding a row cost the thread that
+//! adds them, whether most rows are kept, as by default, or not, as with
+//! `slots=direct`), and added on the third.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -197,8 +198,13 @@ fn estimate_bytes(rows: usize, tasks: usize) -> usize {
 /// Counts the dataset read so far in `held`, grown past its estimate if
 /// need be (the read was admitted with the estimate).
 fn count(held: &mut Option<&mut Reservation>, ds: &Dataset) {
+    count_with(held, ds, 0);
+}
+
+/// [`count`], with `extra` bytes held beside the dataset.
+fn count_with(held: &mut Option<&mut Reservation>, ds: &Dataset, extra: usize) {
     if let Some(held) = held.as_deref_mut() {
-        let now = read_bytes(ds);
+        let now = read_bytes(ds).saturating_add(extra);
         if now > held.size() {
             held.grow(now - held.size());
         }
@@ -593,15 +599,15 @@ impl Engine {
         }
         let mut read = 0usize;
         if let Some((from, to)) = region {
-            // Window rows: decoded ahead on one task, checked and cut to
-            // those beside an explained task on another (most of what a
-            // row costs is finding its task, and most rows decoded are
-            // not kept), added to the dataset here: three stages on the
-            // cores, the rows in the order read.
-            let resolver = Arc::new(ds.task_resolver());
-            if let Some(held) = held.as_deref_mut() {
-                held.grow(resolver.bytes());
-            }
+            // Window rows: decoded ahead on one task, checked, matched to
+            // their tasks and cut to those beside an explained task on
+            // another (finding a row's task is most of what adding it
+            // cost this thread), added to the dataset here: three stages
+            // on the cores, the rows in the order read. The resolver's
+            // copy of the tasks is counted beside the dataset.
+            let resolver = ds.task_resolver();
+            let apart = resolver.bytes();
+            count_with(&mut held, &ds, apart);
             let files = manifest.files_of(Table::TaskWindows).cloned().collect();
             let needs_apart = needs.clone();
             let resolved =
@@ -613,7 +619,7 @@ impl Engine {
                     let rows = b.num_rows();
                     let resolved = resolver
                         .resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e))
-                        .map_err(|e| Error::Store(e.into()))?;
+                        .map_err(|e| Error::Internal(format!("matching window rows: {e}")))?;
                     Ok(Some((rows, resolved)))
                 });
             let mut resolved = ahead(futures::StreamExt::boxed(resolved));
@@ -621,7 +627,7 @@ impl Engine {
                 let Some((rows, r)) = r else { continue };
                 read += rows;
                 ds.add_resolved(r);
-                count(&mut held, &ds);
+                count_with(&mut held, &ds, apart);
             }
             let files = manifest.files_of(Table::HostWindows).cloned().collect();
             let mut rows = self.scan(files, (from, to), cached);
@@ -1083,7 +1089,9 @@ async fn add_tasks(
     expected: f64,
     held: &mut Option<&mut Reservation>,
 ) -> Result<(), Error> {
-    ds.reserve_tasks(ds.tasks.len() + expected.max(0.0) as usize);
+    // A float past `usize` (a damaged index) saturates; `reserve_tasks`
+    // caps what it makes room for.
+    ds.reserve_tasks(ds.tasks.len().saturating_add(expected.max(0.0) as usize));
     while let Some(b) = rows.try_next().await? {
         ds.add_tasks(&b);
         count(held, ds);

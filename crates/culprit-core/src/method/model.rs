@@ -579,9 +579,18 @@ impl Dataset {
                 }
             },
         );
-        for t in seen {
-            self.tasks[t as usize].has_windows = true;
+        self.mark_has_windows(&seen);
+    }
+
+    /// Marks `tasks` as having window rows; how many were not before.
+    fn mark_has_windows(&mut self, tasks: &[u32]) -> usize {
+        let mut marked = 0;
+        for &t in tasks {
+            let t = &mut self.tasks[t as usize];
+            marked += usize::from(!t.has_windows);
+            t.has_windows = true;
         }
+        marked
     }
 
     /// The tasks of this dataset, to check `task_windows` rows apart from
@@ -595,9 +604,9 @@ impl Dataset {
 
     /// Adds rows checked by [`TaskResolver::resolve`]: the same as
     /// [`Dataset::add_task_windows_where`] with the batch and `keep` given
-    /// there. Task numbers never change once given, so the rows stand if
-    /// this dataset added tasks since; rows resolved against more tasks
-    /// than it has (another dataset's) are refused, counted as skipped.
+    /// there. Rows resolved against other tasks than this dataset has (it
+    /// added tasks since, or they are another dataset's) are refused,
+    /// counted as skipped: a caller's mistake, never a user's input.
     pub fn add_resolved(&mut self, resolved: ResolvedWindows) {
         let ResolvedWindows {
             rows,
@@ -606,7 +615,7 @@ impl Dataset {
             skipped,
             tasks,
         } = resolved;
-        if tasks > self.tasks.len() || seen.iter().any(|&t| t as usize >= tasks) {
+        if tasks != self.tasks.len() {
             self.skipped_rows += skipped + rows.map_or(0, |(b, _)| b.num_rows());
             return;
         }
@@ -630,9 +639,7 @@ impl Dataset {
                 &mut |_, group, row| windows[group].push(row),
             );
         }
-        for t in seen {
-            self.tasks[t as usize].has_windows = true;
-        }
+        self.mark_has_windows(&seen);
     }
 
     /// Marks the tasks with rows in `batch` (`task_windows` rows) as having
@@ -647,13 +654,7 @@ impl Dataset {
                 seen.push(task);
             }
         });
-        let mut marked = 0;
-        for t in seen {
-            let t = &mut self.tasks[t as usize];
-            marked += usize::from(!t.has_windows);
-            t.has_windows = true;
-        }
-        marked
+        self.mark_has_windows(&seen)
     }
 
     /// Folds `task_windows` rows into `sink(task, group, row)` without
@@ -881,8 +882,9 @@ fn checked_rows(
     };
     let (start, end) = (time(batch, "window_start"), time(batch, "window_end"));
     let mut skipped = 0;
-    // Consecutive rows usually name the same task, and often the same
-    // resource: remember the last lookups.
+    // Consecutive rows as ingested usually name the same task, and often
+    // the same resource: remember the last lookups (rows read back from
+    // the store come in order of time, where they rarely do).
     let mut last: Option<(usize, u32)> = None;
     let mut last_res: Option<(usize, Resource)> = None;
     for i in 0..batch.num_rows() {
@@ -971,8 +973,8 @@ fn fold(
 /// The tasks of a dataset, apart from it, to check and filter
 /// `task_windows` rows on another thread while the dataset takes the rows
 /// checked before ([`Dataset::task_resolver`]): looking up a task id is
-/// most of adding a row, and a focused read keeps a small share of the
-/// rows it decodes. The dataset must not add tasks meanwhile.
+/// most of what adding a row costs. The dataset must not add tasks
+/// meanwhile ([`Dataset::add_resolved`] refuses the rows if it did).
 #[derive(Debug, Clone)]
 pub struct TaskResolver {
     ids: TaskIds,
@@ -1029,6 +1031,7 @@ impl TaskResolver {
         let mut tasks = Vec::new();
         let mut seen: Vec<u32> = Vec::new();
         let mut named: Vec<String> = Vec::new();
+        let mut named_set: rustc_hash::FxHashSet<&str> = Default::default();
         let mut last_detail: Option<usize> = None;
         let skipped = checked_rows(Tasks::Ids(&self.ids), batch, &mut |i, task, _, s, e| {
             if seen.last() != Some(&task) {
@@ -1036,7 +1039,7 @@ impl TaskResolver {
             }
             if let Some(d) = details.as_ref().filter(|d| d.is_valid(i)) {
                 let same = last_detail.is_some_and(|j| d.value(j) == d.value(i));
-                if !same && !named.iter().any(|n| n == d.value(i)) {
+                if !same && named_set.insert(d.value(i)) {
                     named.push(d.value(i).to_string());
                 }
                 last_detail = Some(i);
@@ -1104,8 +1107,9 @@ mod tests {
     /// same order, the same tasks marked as having windows (those whose
     /// rows were all filtered out too), the same details in the same order
     /// (those of rows filtered out too) and the same rows skipped (unknown
-    /// tasks, no times, unknown resources). Checked against the input:
-    /// the rows that the filter keeps are counted from it.
+    /// tasks, no times, unknown resources); with a filter that keeps some
+    /// rows, every row and none, over two batches. Checked against the
+    /// input: the rows each filter keeps are counted from it.
     #[test]
     fn rows_resolved_apart_are_added_as_rows_given_whole() {
         use Value::{Null, F, S, T};
@@ -1148,36 +1152,59 @@ mod tests {
             ]);
         }
         let windows = windows.finish_unchecked();
-        let (mut whole, mut apart) = (Dataset::new(), Dataset::new());
-        whole.add_tasks(&tasks);
-        apart.add_tasks(&tasks);
-        // Host h1 is never kept; elsewhere rows that start before 50.
-        let h1 = whole.hosts.get("h1").expect("h1");
-        let keep = |host: u32, start: i64, _end: i64| host != h1 && start < 50;
-        whole.add_task_windows_where(&windows, &keep);
-        let resolved = apart
-            .task_resolver()
-            .resolve(&windows, &keep)
-            .expect("resolved");
-        // From the input: t0's three rows, minus the one at 90; t2's row
-        // starts at 60; t3's known resource starts at 80: two rows.
-        assert_eq!(resolved.len(), 2);
-        apart.add_resolved(resolved);
-        let kept: Vec<_> = whole.windows.iter().flatten().collect();
-        assert_eq!(kept.len(), 2);
-        assert_eq!(whole.windows, apart.windows);
-        let marks = |d: &Dataset| d.tasks.iter().map(|t| t.has_windows).collect::<Vec<_>>();
-        assert_eq!(marks(&whole), vec![true, true, true, true]);
-        assert_eq!(marks(&whole), marks(&apart));
-        assert_eq!(whole.details, apart.details);
-        assert_eq!(whole.details.len(), 5); // "", lock, shuffle, execution, spill
-                                            // nobody, t2 without a start, t3's unknown resource.
-        assert_eq!(whole.skipped_rows, 3);
-        assert_eq!(whole.skipped_rows, apart.skipped_rows);
+        // In two batches, as a read gives them.
+        let batches = [windows.slice(0, 4), windows.slice(4, rows.len() - 4)];
+        let datasets = || {
+            let (mut whole, mut apart) = (Dataset::new(), Dataset::new());
+            whole.add_tasks(&tasks);
+            apart.add_tasks(&tasks);
+            (whole, apart)
+        };
+        let h1 = datasets().0.hosts.get("h1").expect("h1");
+        // Host h1 is never kept; elsewhere rows that start before 50. From
+        // the input: t0's rows at 0 and 10 (not 90), t1's are on h1, t2's
+        // row starts at 60, t3's known resource at 80: two rows kept.
+        let some = move |host: u32, start: i64, _end: i64| host != h1 && start < 50;
+        let every = |_: u32, _: i64, _: i64| true;
+        let none = |_: u32, _: i64, _: i64| false;
+        type Keep<'a> = &'a dyn Fn(u32, i64, i64) -> bool;
+        let filters: [(Keep, usize); 3] = [
+            (&some, 2),
+            // Every row but the three skipped.
+            (&every, rows.len() - 3),
+            (&none, 0),
+        ];
+        for (keep, want) in filters {
+            let (mut whole, mut apart) = datasets();
+            let resolver = apart.task_resolver();
+            let mut kept = 0;
+            for b in &batches {
+                whole.add_task_windows_where(b, keep);
+                let resolved = resolver.resolve(b, keep).expect("resolved");
+                kept += resolved.len();
+                apart.add_resolved(resolved);
+            }
+            assert_eq!(kept, want);
+            assert_eq!(whole.windows.iter().flatten().count(), want);
+            assert_eq!(whole.windows, apart.windows);
+            // Every task has a checked row, kept or not.
+            let marks = |d: &Dataset| d.tasks.iter().map(|t| t.has_windows).collect::<Vec<_>>();
+            assert_eq!(marks(&whole), vec![true, true, true, true]);
+            assert_eq!(marks(&whole), marks(&apart));
+            // "", lock, shuffle, execution, spill: those of rows not kept
+            // too, in the same order.
+            assert_eq!(whole.details.len(), 5);
+            assert_eq!(whole.details, apart.details);
+            // nobody, t2 without a start, t3's unknown resource.
+            assert_eq!(whole.skipped_rows, 3);
+            assert_eq!(whole.skipped_rows, apart.skipped_rows);
+        }
 
-        // Rows resolved against more tasks than a dataset has are refused.
+        // Rows resolved against other tasks than a dataset has are
+        // refused, counted as skipped.
+        let (_, apart) = datasets();
+        let resolved = apart.task_resolver().resolve(&windows, &some).unwrap();
         let mut other = Dataset::new();
-        let resolved = apart.task_resolver().resolve(&windows, &keep).unwrap();
         other.add_resolved(resolved);
         assert!(other.windows.iter().all(|g| g.is_empty()));
         assert_eq!(other.skipped_rows, 3 + 2);
