@@ -43,7 +43,8 @@
 //! on a task of their own ([`ahead`]) while the dataset adds those before;
 //! window rows are decoded on one task, checked, matched to their tasks
 //! and cut to those beside an explained task on a second
-//! ([`culprit_core::method::TaskResolver`], a copy of the dataset's tasks:
+//! ([`culprit_core::method::TaskResolver`], a copy of the dataset's task
+//! ids and their hosts:
 //! finding a row's task was most of what adding a row cost the thread that
 //! adds them, whether most rows are kept, as by default, or not, as with
 //! `slots=direct`), and added on the third.
@@ -604,30 +605,45 @@ impl Engine {
             // another (finding a row's task is most of what adding it
             // cost this thread), added to the dataset here: three stages
             // on the cores, the rows in the order read. The resolver's
-            // copy of the tasks is counted beside the dataset.
-            let resolver = ds.task_resolver();
-            let apart = resolver.bytes();
-            count_with(&mut held, &ds, apart);
-            let files = manifest.files_of(Table::TaskWindows).cloned().collect();
-            let needs_apart = needs.clone();
-            let resolved =
-                futures::StreamExt::map(self.scan(files, (from, to), cached), move |b| {
-                    let Some(b) = keep(&b?, "window_start", None, "window_end", (from, to), None)?
-                    else {
-                        return Ok::<_, Error>(None);
-                    };
-                    let rows = b.num_rows();
-                    let resolved = resolver
-                        .resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e))
-                        .map_err(|e| Error::Internal(format!("matching window rows: {e}")))?;
-                    Ok(Some((rows, resolved)))
-                });
-            let mut resolved = ahead(futures::StreamExt::boxed(resolved));
-            while let Some(r) = resolved.try_next().await? {
-                let Some((rows, r)) = r else { continue };
-                read += rows;
-                ds.add_resolved(r);
+            // copy of the task ids is counted beside the dataset while it
+            // lives, then given back.
+            let files: Vec<_> = manifest.files_of(Table::TaskWindows).cloned().collect();
+            if !files.is_empty() {
+                let before = held.as_deref().map(|h| h.size());
+                let resolver = ds.task_resolver();
+                let apart = resolver.bytes();
                 count_with(&mut held, &ds, apart);
+                let needs_apart = needs.clone();
+                let resolved =
+                    futures::StreamExt::map(self.scan(files, (from, to), cached), move |b| {
+                        let Some(b) =
+                            keep(&b?, "window_start", None, "window_end", (from, to), None)?
+                        else {
+                            return Ok::<_, Error>(None);
+                        };
+                        let rows = b.num_rows();
+                        let resolved = resolver
+                            .resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e))
+                            .map_err(|e| Error::Internal(format!("matching window rows: {e}")))?;
+                        Ok(Some((rows, resolved)))
+                    });
+                let mut resolved = ahead(futures::StreamExt::boxed(resolved));
+                while let Some(r) = resolved.try_next().await? {
+                    let Some((rows, r)) = r else { continue };
+                    read += rows;
+                    ds.add_resolved(r)?;
+                    count_with(&mut held, &ds, apart);
+                }
+                // The resolver is gone with the stream: what the dataset
+                // holds is counted, or what was held before, whichever is
+                // more.
+                drop(resolved);
+                if let (Some(held), Some(before)) = (held.as_deref_mut(), before) {
+                    let want = before.max(read_bytes(&ds));
+                    if held.size() > want {
+                        held.shrink(held.size() - want);
+                    }
+                }
             }
             let files = manifest.files_of(Table::HostWindows).cloned().collect();
             let mut rows = self.scan(files, (from, to), cached);
@@ -1024,9 +1040,11 @@ fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecond
         .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
 }
 
-/// `rows` read and decoded ahead by a task of their own, two batches at
-/// most, so that decoding runs on one core while the caller folds the
-/// rows into its dataset on another. The task stops at the first error or
+/// `rows` polled ahead by a task of their own, two items at most, so that
+/// what polling them does (decoding; for tasks, cutting them to the span;
+/// for window rows, in a second such stage, matching them to their tasks)
+/// runs on one core while the caller folds what comes into its dataset on
+/// another. The task stops at the first error or
 /// when the caller drops the stream (a cancelled statement: it is
 /// aborted); if it fails (a panic), the stream ends with that error, never
 /// early as if the rows were all read.

@@ -96,6 +96,13 @@ impl TaskIds {
         t
     }
 
+    /// The memory it holds, about.
+    pub fn bytes(&self) -> usize {
+        self.text.capacity()
+            + self.ends.capacity() * std::mem::size_of::<usize>()
+            + self.table.capacity() * (std::mem::size_of::<u32>() + 1)
+    }
+
     /// Adds `id` as the next task if it is not there: `Ok` with its new
     /// number, else `Err` with the number it has (one hash and one probe
     /// where [`TaskIds::get`] then [`TaskIds::push`] took two of each).
@@ -509,10 +516,11 @@ impl Dataset {
         self.ensure_groups();
     }
 
-    /// Reserves room for `tasks` tasks at once (a store's count), so that
-    /// loading does not regrow the task vector and table by doubling.
-    /// At most 2^26 (a count from a damaged manifest must not allocate
-    /// more than the load would; beyond it the vectors grow as rows come).
+    /// Reserves room for `tasks` tasks at once (a store's count, or a
+    /// read's estimate from the query index), so that loading does not
+    /// regrow the task vector and table by doubling. At most 2^26 (a count
+    /// from a damaged manifest or index must not allocate more than the
+    /// load would; beyond it the vectors grow as rows come).
     pub fn reserve_tasks(&mut self, tasks: usize) {
         let tasks = tasks.min(1 << 26);
         self.tasks
@@ -570,10 +578,7 @@ impl Dataset {
             batch,
             &mut |d| details.intern(d),
             &mut |task, group, row| {
-                // Rows come grouped by task: one mark per run of rows.
-                if seen.last() != Some(&task) {
-                    seen.push(task);
-                }
+                note_run(&mut seen, task);
                 if keep((group / N_RES) as u32, row.start, row.end) {
                     windows[group].push(row);
                 }
@@ -604,10 +609,10 @@ impl Dataset {
 
     /// Adds rows checked by [`TaskResolver::resolve`]: the same as
     /// [`Dataset::add_task_windows_where`] with the batch and `keep` given
-    /// there. Rows resolved against other tasks than this dataset has (it
-    /// added tasks since, or they are another dataset's) are refused,
-    /// counted as skipped: a caller's mistake, never a user's input.
-    pub fn add_resolved(&mut self, resolved: ResolvedWindows) {
+    /// there. Rows resolved against another number of tasks than this
+    /// dataset has (it added tasks since) fail with an internal error and
+    /// nothing is added: a caller's mistake, never a user's input.
+    pub fn add_resolved(&mut self, resolved: ResolvedWindows) -> Result<(), crate::MethodError> {
         let ResolvedWindows {
             rows,
             seen,
@@ -616,8 +621,19 @@ impl Dataset {
             tasks,
         } = resolved;
         if tasks != self.tasks.len() {
-            self.skipped_rows += skipped + rows.map_or(0, |(b, _)| b.num_rows());
-            return;
+            return Err(crate::MethodError::Internal(format!(
+                "window rows matched against {tasks} tasks, the dataset has {}",
+                self.tasks.len()
+            )));
+        }
+        if let Some((batch, given)) = &rows {
+            if given.len() != batch.num_rows() {
+                return Err(crate::MethodError::Internal(format!(
+                    "{} window rows matched with {} tasks",
+                    batch.num_rows(),
+                    given.len()
+                )));
+            }
         }
         self.skipped_rows += skipped;
         for d in &named {
@@ -640,6 +656,7 @@ impl Dataset {
             );
         }
         self.mark_has_windows(&seen);
+        Ok(())
     }
 
     /// Marks the tasks with rows in `batch` (`task_windows` rows) as having
@@ -650,9 +667,7 @@ impl Dataset {
     pub fn mark_windowed(&mut self, batch: &RecordBatch) -> usize {
         let mut seen = Vec::new();
         self.fold_task_windows(batch, &mut |_| 0, &mut |task, _, _| {
-            if seen.last() != Some(&task) {
-                seen.push(task);
-            }
+            note_run(&mut seen, task);
         });
         self.mark_has_windows(&seen)
     }
@@ -869,6 +884,15 @@ impl Dataset {
     }
 }
 
+/// Notes `task` in `seen` once per run of its rows (long runs as rows are
+/// ingested, grouped by task; short ones as they are read back in order
+/// of time: a task noted twice is marked twice, which is harmless).
+fn note_run(seen: &mut Vec<u32>, task: u32) {
+    if seen.last() != Some(&task) {
+        seen.push(task);
+    }
+}
+
 /// The checked `task_windows` rows of `batch`: `row(i, task, resource,
 /// start, end)` for each row `i` whose task `tasks` knows, with times and
 /// a known resource, in order; returns the rows skipped (the others).
@@ -975,7 +999,7 @@ fn fold(
 /// checked before ([`Dataset::task_resolver`]): looking up a task id is
 /// most of what adding a row costs. The dataset must not add tasks
 /// meanwhile ([`Dataset::add_resolved`] refuses the rows if it did).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TaskResolver {
     ids: TaskIds,
     /// The host of each task.
@@ -1012,10 +1036,7 @@ impl ResolvedWindows {
 impl TaskResolver {
     /// The memory it holds, about.
     pub fn bytes(&self) -> usize {
-        self.ids.text.capacity()
-            + self.ids.ends.capacity() * std::mem::size_of::<usize>()
-            + self.ids.table.capacity() * (std::mem::size_of::<u32>() + 1)
-            + self.hosts.capacity() * std::mem::size_of::<u32>()
+        self.ids.bytes() + self.hosts.capacity() * std::mem::size_of::<u32>()
     }
 
     /// What [`Dataset::add_task_windows_where`] would do with `batch` and
@@ -1034,9 +1055,7 @@ impl TaskResolver {
         let mut named_set: rustc_hash::FxHashSet<&str> = Default::default();
         let mut last_detail: Option<usize> = None;
         let skipped = checked_rows(Tasks::Ids(&self.ids), batch, &mut |i, task, _, s, e| {
-            if seen.last() != Some(&task) {
-                seen.push(task);
-            }
+            note_run(&mut seen, task);
             if let Some(d) = details.as_ref().filter(|d| d.is_valid(i)) {
                 let same = last_detail.is_some_and(|j| d.value(j) == d.value(i));
                 if !same && named_set.insert(d.value(i)) {
@@ -1055,12 +1074,7 @@ impl TaskResolver {
             Some((batch.clone(), tasks))
         } else {
             let at = arrow::array::UInt32Array::from(kept);
-            let columns = batch
-                .columns()
-                .iter()
-                .map(|c| arrow::compute::take(c, &at, None))
-                .collect::<Result<Vec<_>, _>>()?;
-            Some((RecordBatch::try_new(batch.schema(), columns)?, tasks))
+            Some((arrow::compute::take_record_batch(batch, &at)?, tasks))
         };
         Ok(ResolvedWindows {
             rows,
@@ -1182,7 +1196,7 @@ mod tests {
                 whole.add_task_windows_where(b, keep);
                 let resolved = resolver.resolve(b, keep).expect("resolved");
                 kept += resolved.len();
-                apart.add_resolved(resolved);
+                apart.add_resolved(resolved).expect("the same tasks");
             }
             assert_eq!(kept, want);
             assert_eq!(whole.windows.iter().flatten().count(), want);
@@ -1200,14 +1214,15 @@ mod tests {
             assert_eq!(whole.skipped_rows, apart.skipped_rows);
         }
 
-        // Rows resolved against other tasks than a dataset has are
-        // refused, counted as skipped.
+        // Rows resolved against another number of tasks than a dataset
+        // has fail, and nothing is added.
         let (_, apart) = datasets();
         let resolved = apart.task_resolver().resolve(&windows, &some).unwrap();
         let mut other = Dataset::new();
-        other.add_resolved(resolved);
+        let err = other.add_resolved(resolved).unwrap_err().to_string();
+        assert!(err.contains("matched against 4 tasks"), "{err}");
         assert!(other.windows.iter().all(|g| g.is_empty()));
-        assert_eq!(other.skipped_rows, 3 + 2);
+        assert!(other.details.len() == 1 && other.skipped_rows == 0);
     }
 
     /// Every id added is found with its number and its name, whatever the
