@@ -860,6 +860,30 @@ mod tests {
 
     /// Replaces the stored object of `file` by a Parquet file of `rows`
     /// (its footer true): the manifest still counts the rows it had.
+    /// Compacts `store` (manifest `before`) with `slice_rows`, which must
+    /// fail as corrupt files: its `what` and `reason`, once the manifest,
+    /// its files and every stored object are checked to be as they were.
+    async fn refused_as_corrupt(
+        store: &Store,
+        before: &crate::Manifest,
+        slice_rows: u64,
+    ) -> (String, String) {
+        let stored = listing(store).await;
+        let opts = CompactOptions {
+            slice_rows,
+            ..CompactOptions::default()
+        };
+        let refused = match store.compact(&opts, |_, _| {}).await {
+            Err(crate::StoreError::CorruptFiles { what, reason }) => (what, reason),
+            other => panic!("not refused as corrupt: {other:?}"),
+        };
+        let after = store.manifest().await.unwrap();
+        assert_eq!(after.version, before.version);
+        assert_eq!(after.files, before.files);
+        assert_eq!(listing(store).await, stored);
+        refused
+    }
+
     async fn replace_rows(store: &Store, file: &DataFile, rows: &[RecordBatch]) {
         let mut w =
             parquet::arrow::ArrowWriter::try_new(Vec::new(), Table::HostWindows.schema(), None)
@@ -1371,25 +1395,12 @@ mod tests {
             &[host_rows_at(vec!["h1", "h2", "h3"], vec![7, 8, 9])],
         )
         .await;
-        let stored = listing(&store).await;
-        let opts = CompactOptions {
-            slice_rows: 1,
-            ..CompactOptions::default()
-        };
-        match store.compact(&opts, |_, _| {}).await {
-            Err(crate::StoreError::CorruptFiles { what, reason }) => {
-                assert_eq!(what, "40 files of table host_windows");
-                assert_eq!(
-                    reason,
-                    "the manifest counts 80 rows, a merge of them read 81"
-                );
-            }
-            other => panic!("not refused as corrupt: {other:?}"),
-        }
-        let after = store.manifest().await.unwrap();
-        assert_eq!(after.version, before.version);
-        assert_eq!(after.files, before.files);
-        assert_eq!(listing(&store).await, stored);
+        let (what, reason) = refused_as_corrupt(&store, &before, 1).await;
+        assert_eq!(what, "40 files of table host_windows");
+        assert_eq!(
+            reason,
+            "the manifest counts 80 rows, a merge of them read 81"
+        );
     }
 
     #[tokio::test]
@@ -1416,24 +1427,11 @@ mod tests {
         // The merge in order of time is tried first (else this is the test
         // above).
         assert!(time_slices(&keyed_of_all(&store, &before).await, 7_000).is_some());
-        let stored = listing(&store).await;
-        let opts = CompactOptions {
-            slice_rows: 7_000,
-            ..CompactOptions::default()
-        };
-        match store.compact(&opts, |_, _| {}).await {
-            Err(crate::StoreError::CorruptFiles { what, reason }) => {
-                assert_eq!(what, "3 files of table host_windows");
-                assert_eq!(
-                    reason,
-                    "the manifest counts 30000 rows, a merge of them read 30001"
-                );
-            }
-            other => panic!("not refused as corrupt: {other:?}"),
-        }
-        let after = store.manifest().await.unwrap();
-        assert_eq!(after.version, before.version);
-        assert_eq!(after.files, before.files);
-        assert_eq!(listing(&store).await, stored);
+        let (what, reason) = refused_as_corrupt(&store, &before, 7_000).await;
+        assert_eq!(what, "3 files of table host_windows");
+        assert_eq!(
+            reason,
+            "the manifest counts 30000 rows, a merge of them read 30001"
+        );
     }
 }

@@ -564,16 +564,32 @@ impl Dataset {
         batch: &RecordBatch,
         keep: &dyn Fn(u32, Micros, Micros) -> bool,
     ) {
+        let seen = self.fold_in(None, batch, keep);
+        self.mark_has_windows(&seen);
+    }
+
+    /// Folds the `task_windows` rows of `batch` into the groups, those
+    /// `keep(host, start, end)` keeps, their tasks found by id or `given`
+    /// row by row; counts the rows skipped. Returns the tasks with a
+    /// checked row ([`note_run`]).
+    fn fold_in(
+        &mut self,
+        given: Option<&[u32]>,
+        batch: &RecordBatch,
+        keep: &dyn Fn(u32, Micros, Micros) -> bool,
+    ) -> Vec<u32> {
         let Dataset {
             details,
             tasks,
+            task_ids,
             windows,
             skipped_rows,
             ..
         } = self;
+        let tasks_of = given.map_or(Tasks::Ids(task_ids), Tasks::Given);
         let mut seen = Vec::new();
         *skipped_rows += fold(
-            Tasks::Ids(&self.task_ids),
+            tasks_of,
             tasks,
             batch,
             &mut |d| details.intern(d),
@@ -584,7 +600,7 @@ impl Dataset {
                 }
             },
         );
-        self.mark_has_windows(&seen);
+        seen
     }
 
     /// Marks `tasks` as having window rows; how many were not before.
@@ -640,20 +656,8 @@ impl Dataset {
             self.details.intern(d);
         }
         if let Some((batch, given)) = rows {
-            let Dataset {
-                details,
-                tasks,
-                windows,
-                skipped_rows,
-                ..
-            } = self;
-            *skipped_rows += fold(
-                Tasks::Given(&given),
-                tasks,
-                &batch,
-                &mut |d| details.intern(d),
-                &mut |_, group, row| windows[group].push(row),
-            );
+            // Every row given was kept; its tasks are among `seen`.
+            self.fold_in(Some(&given), &batch, &|_, _, _| true);
         }
         self.mark_has_windows(&seen);
         Ok(())
