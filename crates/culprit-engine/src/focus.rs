@@ -39,10 +39,11 @@
 //! any task or window row.
 //!
 //! The reads run on every core, the rows in the order read (the same
-//! statement gives the same bits): tasks are decoded and cut to the span
-//! on a task of their own ([`ahead`]) while the dataset adds those before;
-//! window rows are decoded on one task, checked, matched to their tasks
-//! and cut to those beside an explained task on a second
+//! statement gives the same bits): the store decodes the row groups read
+//! on several tasks at once (`Store::scan_overlapping`); tasks are cut to
+//! the span on a task of their own ([`ahead`]) while the dataset adds
+//! those before; window rows are checked, matched to their tasks and cut
+//! to those beside an explained task on another
 //! ([`culprit_core::method::TaskResolver`], a copy of the dataset's task
 //! ids and their hosts:
 //! finding a row's task was most of what adding a row cost the thread that
@@ -600,9 +601,9 @@ impl Engine {
         }
         let mut read = 0usize;
         if let Some((from, to)) = region {
-            // Window rows: decoded ahead on one task, checked, matched to
-            // their tasks and cut to those beside an explained task on
-            // another (finding a row's task is most of what adding it
+            // Window rows: decoded by the store's tasks, checked, matched
+            // to their tasks and cut to those beside an explained task on
+            // a task ahead (finding a row's task is most of what adding it
             // cost this thread), added to the dataset here: three stages
             // on the cores, the rows in the order read. The resolver's
             // copy of the task ids is counted beside the dataset while it
@@ -857,7 +858,8 @@ impl Engine {
             return Ok(());
         }
         // Only the columns needed, folded as they stream (uncounted in
-        // the budget: one batch at a time), not through the read cache.
+        // the budget: the few row groups the store decodes ahead at a
+        // time), not through the read cache.
         let files = manifest.files_of(Table::Tasks).cloned().collect();
         let columns = ["query_id", "launch_time", "finish_time"];
         let mut rows = self
@@ -905,7 +907,8 @@ impl Engine {
         ahead(self.scan_here(files, span, cached))
     }
 
-    /// [`Engine::scan`], decoded by whoever polls it.
+    /// [`Engine::scan`], polled by whoever polls it (the store decodes its
+    /// row groups on tasks of their own).
     fn scan_here(
         &self,
         files: Vec<culprit_store::DataFile>,
@@ -934,8 +937,8 @@ impl Engine {
     }
 
     /// The `tasks` rows whose `[ready or launch, finish]` overlaps `span`,
-    /// but not `except` (rows already read): decoded and cut ahead, on a
-    /// task of their own, while the caller adds those before.
+    /// but not `except` (rows already read): cut ahead, on a task of their
+    /// own, while the caller adds those before.
     fn tasks_overlapping(
         &self,
         manifest: &Manifest,
@@ -1041,10 +1044,10 @@ fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecond
 }
 
 /// `rows` polled ahead by a task of their own, two items at most, so that
-/// what polling them does (decoding; for tasks, cutting them to the span;
-/// for window rows, in a second such stage, matching them to their tasks)
-/// runs on one core while the caller folds what comes into its dataset on
-/// another. The task stops at the first error or
+/// what polling them does (waiting for the store's decoding tasks; for
+/// tasks, cutting them to the span; for window rows, matching them to
+/// their tasks) runs on one core while the caller folds what comes into
+/// its dataset on another. The task stops at the first error or
 /// when the caller drops the stream (a cancelled statement: it is
 /// aborted); if it fails (a panic), the stream ends with that error, never
 /// early as if the rows were all read.
@@ -1098,7 +1101,7 @@ where
     .boxed()
 }
 
-/// Adds the tasks of `rows` as they come (decoded ahead on another core),
+/// Adds the tasks of `rows` as they come (decoded and cut ahead),
 /// counted in `held`; room for about `expected` more tasks is made first
 /// (the query index's estimate: the vectors grow past it if need be).
 async fn add_tasks(
