@@ -897,19 +897,9 @@ impl Engine {
     /// The rows of `files` in row groups that may overlap `span`: through
     /// the read cache when `cached` and the engine has one (the reads of
     /// named victims; those over every victim would only push everything
-    /// out of it).
+    /// out of it). The store decodes the row groups on tasks of their own,
+    /// several at once, ahead of whoever polls the rows.
     fn scan(
-        &self,
-        files: Vec<culprit_store::DataFile>,
-        span: (i64, i64),
-        cached: bool,
-    ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
-        ahead(self.scan_here(files, span, cached))
-    }
-
-    /// [`Engine::scan`], polled by whoever polls it (the store decodes its
-    /// row groups on tasks of their own).
-    fn scan_here(
         &self,
         files: Vec<culprit_store::DataFile>,
         span: (i64, i64),
@@ -948,7 +938,7 @@ impl Engine {
     ) -> futures::stream::BoxStream<'static, Result<RecordBatch, Error>> {
         use futures::StreamExt;
         let files = manifest.files_of(Table::Tasks).cloned().collect();
-        let rows = self.scan_here(files, span, cached).filter_map(move |b| {
+        let rows = self.scan(files, span, cached).filter_map(move |b| {
             let kept = b.map_err(Error::from).and_then(|b| {
                 keep(
                     &b,

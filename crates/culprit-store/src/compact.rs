@@ -240,27 +240,6 @@ pub(crate) fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBa
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// A task's handle that stops the task when dropped: a compaction
-/// dropped (a server stopping) or failed reads no slice ahead for nothing.
-struct Aborting<T>(tokio::task::JoinHandle<T>);
-
-impl<T> std::future::Future for Aborting<T> {
-    type Output = std::result::Result<T, tokio::task::JoinError>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-impl<T> Drop for Aborting<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// A group of a time table's files to merge in order of time: their row
 /// groups by sort key, and the slices of time to read one after another.
 struct TimeOrder {
@@ -422,7 +401,7 @@ impl Store {
         futures::stream::iter(order.slices)
             .map(move |slice| {
                 let (store, files) = (store.clone(), files.clone());
-                Aborting(tokio::spawn(async move {
+                crate::store::Aborting(tokio::spawn(async move {
                     store.read_slice(table, files, slice).await
                 }))
             })

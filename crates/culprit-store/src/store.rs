@@ -874,8 +874,7 @@ impl GroupRead {
                 return self.decode().await;
             };
             let name = self.name.clone();
-            let mut task = AbortOnDrop(runtime.spawn(self.decode()));
-            (&mut task.0)
+            Aborting(runtime.spawn(self.decode()))
                 .await
                 .map_err(|e| StoreError::Worker(format!("decoding a row group of {name}: {e}")))?
         }
@@ -909,10 +908,23 @@ impl GroupRead {
     }
 }
 
-/// A task aborted when its handle is dropped (a read given up).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+/// A task's handle that stops the task when dropped: a read or a
+/// compaction given up (a statement cancelled, a server stopping, a read
+/// failed) decodes nothing more for nothing.
+pub(crate) struct Aborting<T>(pub(crate) tokio::task::JoinHandle<T>);
 
-impl<T> Drop for AbortOnDrop<T> {
+impl<T> std::future::Future for Aborting<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for Aborting<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -921,8 +933,9 @@ impl<T> Drop for AbortOnDrop<T> {
 /// Row groups a time-pruned read decodes at once, each on a task of its
 /// own: one a core and one more, at most [`MAX_DECODERS`]. What they
 /// decode ahead of the reader is not counted in a memory budget: at most
-/// this many row groups (16 Ki rows of a time table, about 1.2 MB of
-/// window rows).
+/// this many row groups and the one being handed out (a group is 16 Ki
+/// rows of tasks or window rows, about 1.2 MB of the latter; 4 Ki host
+/// rows).
 fn decoders() -> usize {
     encoders().min(MAX_DECODERS)
 }
