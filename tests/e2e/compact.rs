@@ -633,3 +633,70 @@ async fn ingest_watch_compacts_in_the_background() {
     let _ = watch.wait();
     assert_eq!(answers(&store), expected);
 }
+
+/// `culprit shares` stores the slot holders' shares of every stage of the
+/// input, and every answer stays as it was; a server started with
+/// `--shares-after` stores them itself once the telemetry is quiet.
+#[tokio::test]
+async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = store_in_pieces(&tmp.path().join("a"));
+    let expected = answers(&store);
+    let stages = std::fs::read_to_string(tmp.path().join("a/in/stages.csv"))
+        .unwrap()
+        .lines()
+        .count()
+        - 1;
+    let out = run_ok(&["shares", "--store", &store]);
+    assert!(
+        out.contains(&format!(
+            "stored the slot holders' shares of {stages} stages"
+        )),
+        "{out}"
+    );
+    let opened = Store::open(&store).unwrap();
+    let telemetry = opened.manifest().await.unwrap().telemetry_id();
+    let path = culprit_store::paths::stage_shares_file(&telemetry);
+    assert!(out.contains(&path), "{out}");
+    assert!(opened.derived_size(&path).await.unwrap().is_some());
+    assert_eq!(answers(&store), expected);
+
+    // A server: stored in the background, the same answers.
+    let (live, _) = store_in_pieces(&tmp.path().join("b"));
+    let live_store = Store::open(&live).unwrap();
+    let path = culprit_store::paths::stage_shares_file(
+        &live_store.manifest().await.unwrap().telemetry_id(),
+    );
+    assert!(live_store.derived_size(&path).await.unwrap().is_none());
+    let mut server = serve_process(&live, &["--compact-files", "0", "--shares-after", "0.3"]);
+    let mut waited = 0;
+    while live_store.derived_size(&path).await.unwrap().is_none() {
+        assert!(waited < 600, "no shares stored after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert!(server.alive());
+    assert!(server.stderr.lock().unwrap().contains("stored shares:"));
+    let client = connect(server.addr).await;
+    let rows = client
+        .query(
+            "SELECT culprit_kind, culprit_query, round(blame_seconds, 9)::text FROM culprits('q-victim') ORDER BY 1, 2",
+            &[],
+        )
+        .await
+        .unwrap();
+    let served: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{},{},{}",
+                r.get::<_, String>(0),
+                r.get::<_, Option<String>>(1).unwrap_or_default(),
+                r.get::<_, String>(2)
+            )
+        })
+        .collect();
+    let want: Vec<&str> = expected[5].lines().skip(1).collect();
+    assert_eq!(served, want);
+    assert_eq!(answers(&live), expected);
+}

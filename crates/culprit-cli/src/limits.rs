@@ -131,6 +131,11 @@ pub fn interval(s: &str) -> Result<f64, String> {
     seconds(s, MIN_INTERVAL, MAX_INTERVAL, false)
 }
 
+/// An interval, or 0 for never.
+pub fn interval_or_never(s: &str) -> Result<f64, String> {
+    seconds(s, MIN_INTERVAL, MAX_INTERVAL, true)
+}
+
 /// A non-empty path.
 pub fn out_dir(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {

@@ -92,6 +92,11 @@ struct ServerArgs {
     /// from the store (and, with --workers, the workers sweep the buckets).
     #[arg(long, default_value_t = culprit_engine::WINDOW_CACHE_ROWS)]
     window_cache_rows: u64,
+    /// Store the slot holders' shares in the background (as `culprit shares`)
+    /// once the telemetry has not changed for this many seconds (0: never).
+    #[arg(long, default_value_t = culprit_server::DEFAULT_SHARES_AFTER.as_secs_f64(),
+          value_parser = limits::interval_or_never)]
+    shares_after: f64,
     #[command(flatten)]
     compaction: CompactionArgs,
     #[command(flatten)]
@@ -225,6 +230,8 @@ impl ServerArgs {
                 read_cache: self.read_cache_mb.map(|mb| mb.saturating_mul(1 << 20)),
             },
             auto_compact: self.compaction.options(),
+            shares_after: (self.shares_after > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.shares_after)),
             cluster: self.cluster.cluster()?,
             window_cache_rows: self.window_cache_rows,
         })
@@ -498,6 +505,15 @@ enum Command {
         /// compaction removes it.
         #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
         grace_secs: u64,
+    },
+    /// Compute the slot holders' shares of every stage (transitive slot blame,
+    /// method section 5b) for the default analysis and store them with the data:
+    /// one-victim analyses then neither read nor sweep the holders' hosts. They
+    /// hold until the next ingest or expiry (a compaction keeps them); a server
+    /// computes them itself in the background (`serve --shares-after`).
+    Shares {
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Drop the telemetry of the queries that ended before a time (and host rows
     /// no remaining query needs); one atomic commit, safe to kill at any point.
@@ -887,6 +903,19 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 })
                 .await?;
             println!("{}", output::compact_summary(&report, started.elapsed()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Shares { store } => {
+            let engine = culprit_engine::Engine::new(Store::open(&store.store)?);
+            let started = std::time::Instant::now();
+            let stored = engine
+                .store_shares(&mut |done, total| {
+                    if total > 0 && (done == total || done % 10 == 0) {
+                        eprintln!("shares: {done}/{total} groups of queries explained");
+                    }
+                })
+                .await?;
+            println!("{}", output::shares_summary(&stored, started.elapsed()));
             Ok(ExitCode::SUCCESS)
         }
         Command::Expire { store, before } => {

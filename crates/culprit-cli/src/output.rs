@@ -49,6 +49,23 @@ pub fn print(
 }
 
 /// The summary line of `culprit compact`.
+pub fn shares_summary(r: &culprit_engine::SharesStored, took: std::time::Duration) -> String {
+    let removed = if r.removed > 0 {
+        format!("; {} older removed", r.removed)
+    } else {
+        String::new()
+    };
+    format!(
+        "stored the slot holders' shares of {} stages ({} rows, {:.1} MiB) in {:.2} s at {} (telemetry {}){removed}",
+        r.stages,
+        r.rows,
+        r.bytes as f64 / (1 << 20) as f64,
+        took.as_secs_f64(),
+        r.path,
+        r.telemetry
+    )
+}
+
 pub fn compact_summary(r: &culprit_store::CompactReport, took: std::time::Duration) -> String {
     let mut removed = if r.removed > 0 {
         format!("; {} retired files removed", r.removed)

@@ -119,7 +119,7 @@ fn named(victims: &[String]) -> String {
 
 /// The victims' span in the query index: the earliest ready or launch time
 /// of their tasks, the latest finish; `None` if no victim has tasks.
-fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
+pub(crate) fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
     victims
         .iter()
         .filter_map(|v| spans.get(v))
@@ -127,6 +127,30 @@ fn victims_span(spans: &Spans, victims: &[String]) -> Option<(i64, i64)> {
             let (a, b) = (s.first, s.last);
             Some(acc.map_or((a, b), |(x, y): (i64, i64)| (x.min(a), y.max(b))))
         })
+}
+
+/// The queries whose span overlaps `window`, in the order of their start,
+/// in groups each closed once it has `tasks` tasks.
+pub(crate) fn groups_by_start(spans: &Spans, window: (i64, i64), tasks: u64) -> Vec<Vec<String>> {
+    let mut queries: Vec<(&String, i64, u64)> = spans
+        .iter()
+        .filter(|(_, s)| span_overlaps(s, window))
+        .map(|(q, s)| (q, s.first, s.tasks))
+        .collect();
+    queries.sort_by(|x, y| (x.1, x.0).cmp(&(y.1, y.0)));
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    let mut size = 0u64;
+    for (q, _, n) in queries {
+        if groups.is_empty() || size >= tasks {
+            groups.push(Vec::new());
+            size = 0;
+        }
+        size += n;
+        if let Some(g) = groups.last_mut() {
+            g.push(q.clone());
+        }
+    }
+    groups
 }
 
 /// Whether a query's span (the query index's) overlaps `[a, b]`.
@@ -158,7 +182,7 @@ fn rows_per_task(manifest: &Manifest) -> f64 {
 /// estimated from the query index before it reads: the tasks that ran in
 /// the victims' span ([`tasks_in`]), with the store's window rows per
 /// task. What the read holds past it is counted as it reads.
-fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -> usize {
+pub(crate) fn read_estimate(manifest: &Manifest, spans: &Spans, span: Option<(i64, i64)>) -> usize {
     let Some(span) = span else {
         return 0; // no victim has tasks: refused without reading
     };
@@ -388,24 +412,7 @@ impl Engine {
         let Some(spans) = self.spans(&manifest).await? else {
             return Ok(None);
         };
-        let mut queries: Vec<(&String, i64, u64)> = spans
-            .iter()
-            .filter(|(_, s)| span_overlaps(s, window))
-            .map(|(q, s)| (q, s.first, s.tasks))
-            .collect();
-        queries.sort_by(|x, y| (x.1, x.0).cmp(&(y.1, y.0)));
-        let mut groups: Vec<Vec<String>> = Vec::new();
-        let mut size = 0u64;
-        for (q, _, n) in queries {
-            if groups.is_empty() || size >= tasks {
-                groups.push(Vec::new());
-                size = 0;
-            }
-            size += n;
-            if let Some(g) = groups.last_mut() {
-                g.push(q.clone());
-            }
-        }
+        let groups = groups_by_start(&spans, window, tasks);
         let per_task = rows_per_task(&manifest);
         let whole = self.whole_tables(&manifest).await?;
         Ok(Some(VictimGroups {
@@ -439,7 +446,10 @@ impl Engine {
 
     /// The tables of one row per stage or query, which every focused
     /// dataset holds whole; read once per manifest version.
-    async fn whole_tables(&self, manifest: &Manifest) -> Result<Arc<WholeTables>, Error> {
+    pub(crate) async fn whole_tables(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<Arc<WholeTables>, Error> {
         let mut cache = self.whole.lock().await;
         if let Some((v, whole)) = cache.as_ref() {
             if *v == manifest.version {
@@ -461,7 +471,7 @@ impl Engine {
         Ok(whole)
     }
 
-    async fn focused_at(
+    pub(crate) async fn focused_at(
         &self,
         manifest: Arc<Manifest>,
         spans: &Spans,
@@ -496,18 +506,39 @@ impl Engine {
                 // victim task waited; their whole own blame is needed, and
                 // their tasks run inside their queries' spans. Not of
                 // those whose shares the engine kept (named victims only).
+                // Nor of those whose shares the store keeps for the
+                // default analysis (`stored_shares.rs`).
                 holders = slot_holders(&ds, &victim);
-                if keeps {
+                let stored = if holders.iter().any(|&s| !victim[s as usize])
+                    && focus.window == crate::stored_shares::WINDOW
+                    && focus.attribution == crate::stored_shares::ATTRIBUTION
+                {
+                    self.stored_shares(&manifest, (a, b), cached).await
+                } else {
+                    None
+                };
+                if keeps || stored.is_some() {
                     holders.retain(|&s| {
+                        let (q, st) = (ds.stage_query_name(s), ds.stage_name(s));
                         let kept = (!victim[s as usize])
                             .then(|| {
-                                self.shares.get(
-                                    manifest.version,
-                                    ds.stage_query_name(s),
-                                    ds.stage_name(s),
-                                    focus.window,
-                                    focus.attribution,
-                                )
+                                stored
+                                    .as_ref()
+                                    .and_then(|f| f.get(&(q.to_string(), st.to_string())))
+                                    .cloned()
+                                    .or_else(|| {
+                                        keeps
+                                            .then(|| {
+                                                self.shares.get(
+                                                    manifest.version,
+                                                    q,
+                                                    st,
+                                                    focus.window,
+                                                    focus.attribution,
+                                                )
+                                            })
+                                            .flatten()
+                                    })
                             })
                             .flatten();
                         match kept {
@@ -572,10 +603,11 @@ impl Engine {
         for b in &queries {
             ds.add_queries(b);
         }
-        if keeps && focus.holders {
-            // The kept shares in this dataset's numbers, the stages whose
-            // whole neighbourhood the dataset holds (the only ones whose
-            // shares it can compute), and where the analysis gives those.
+        if focus.holders && (keeps || !known.is_empty()) {
+            // The kept (or stored) shares in this dataset's numbers, the
+            // stages whose whole neighbourhood the dataset holds (the only
+            // ones whose shares it can compute), and where the analysis
+            // gives those (a server's engine keeps them).
             let known = known
                 .iter()
                 .map(|(s, shares)| (*s, crate::shares::resolve(&mut ds, shares)))
@@ -596,7 +628,7 @@ impl Engine {
                 attribution,
                 known,
                 whole: explained,
-                keep: Some(keep),
+                keep: keeps.then_some(keep),
             }));
         }
         let mut read = 0usize;
@@ -899,7 +931,7 @@ impl Engine {
     /// named victims; those over every victim would only push everything
     /// out of it). The store decodes the row groups on tasks of their own,
     /// several at once, ahead of whoever polls the rows.
-    fn scan(
+    pub(crate) fn scan(
         &self,
         files: Vec<culprit_store::DataFile>,
         span: (i64, i64),
@@ -914,7 +946,7 @@ impl Engine {
     }
 
     /// The query index of `manifest`, read once per version.
-    async fn spans(&self, manifest: &Manifest) -> Result<Option<Arc<Spans>>, Error> {
+    pub(crate) async fn spans(&self, manifest: &Manifest) -> Result<Option<Arc<Spans>>, Error> {
         let mut cache = self.spans.lock().await;
         if let Some((v, spans)) = cache.as_ref() {
             if *v == manifest.version {
@@ -1135,7 +1167,7 @@ fn slot_holders(ds: &Dataset, victim: &[bool]) -> Vec<u32> {
 }
 
 /// Per stage of `ds`: whether it belongs to one of `victims`.
-fn of_victims(ds: &Dataset, victims: &[String]) -> Vec<bool> {
+pub(crate) fn of_victims(ds: &Dataset, victims: &[String]) -> Vec<bool> {
     let queries: Vec<u32> = victims.iter().filter_map(|v| ds.queries.get(v)).collect();
     (0..ds.stages.len() as u32)
         .map(|s| queries.contains(&ds.stage_query(s)))

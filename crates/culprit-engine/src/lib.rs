@@ -25,6 +25,7 @@ mod focus;
 mod papers;
 mod shards;
 mod shares;
+mod stored_shares;
 
 pub use analyses::Blamed;
 pub use budget::{run_held, Admission, Budget, BudgetOptions, Reservation};
@@ -33,5 +34,6 @@ pub use error::Error;
 pub use focus::{Focus, VictimGroups, GROUP_TASKS};
 pub use shards::{share_schema, SweepJob, Sweeper};
 pub use shares::BYTES as HOLDER_SHARES_BYTES;
+pub use stored_shares::SharesStored;
 
 pub use culprit_core::method;

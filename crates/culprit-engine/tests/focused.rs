@@ -1107,3 +1107,273 @@ async fn a_read_for_a_victim_is_admitted_for_its_holders_time_too() {
     );
     assert_eq!(budget.used(), 0, "all given back");
 }
+
+/// Slot holders' shares stored with the data (`Engine::store_shares`,
+/// `culprit shares`): a one-victim analysis takes its holders' shares from
+/// the store instead of reading and sweeping their hosts, and gives the
+/// numbers of the analysis over the whole store (which computes every
+/// stage's shares itself); they hold while the telemetry does (through a
+/// compaction), are not used once it changes (an expiry), and a damaged
+/// object is computed around, not failed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_holds() {
+    // `culprit generate`'s workload: slot waits on holders.
+    let w = culprit_sim::simulate(&culprit_sim::SimConfig {
+        seed: 42,
+        ..Default::default()
+    });
+    let queries = w
+        .queries
+        .column_by_name("query_id")
+        .unwrap()
+        .as_string::<i32>();
+    let victims: Vec<String> = (0..queries.len())
+        .map(|i| queries.value(i).to_string())
+        .collect();
+    let store = store_of(&w).await;
+    let known = |s: &Snapshot| s.ds.shares.as_ref().map_or(0, |s| s.known.len());
+    // Without stored shares, one process reads the holders' hosts.
+    let plain: Vec<Snapshot> = {
+        let engine = Engine::new(store.clone());
+        let mut out = Vec::new();
+        for v in &victims {
+            let s = engine
+                .focused(&focus_on(std::slice::from_ref(v)))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(known(&s), 0, "no shares stored yet");
+            out.push(s);
+        }
+        out
+    };
+
+    let mut seen = Vec::new();
+    let stored = Engine::new(store.clone())
+        .store_shares(&mut |done, total| seen.push((done, total)))
+        .await
+        .unwrap();
+    // Every stage of the input, each with its rows.
+    assert_eq!(stored.stages, w.stages.num_rows(), "{stored:?}");
+    assert!(
+        stored.rows >= stored.stages && stored.bytes > 0,
+        "{stored:?}"
+    );
+    assert_eq!(seen.first().map(|s| s.0), Some(0));
+    assert_eq!(seen.last().map(|s| s.0 == s.1), Some(true), "{seen:?}");
+    let manifest = store.manifest().await.unwrap();
+    assert_eq!(stored.telemetry, manifest.telemetry_id());
+
+    // The numbers of the whole store's analysis, with fewer rows read.
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let with = analyse(store.clone(), &victims).await;
+    let (mut fewer, mut holders) = (0, 0);
+    for ((v, (n, rows, got)), plain) in victims.iter().zip(&with).zip(&plain) {
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        holders += n;
+        assert_same(
+            &culprits(&full, &opts),
+            got,
+            &format!("victim {v}, stored shares"),
+        );
+        assert!(*rows <= window_rows(plain), "victim {v}");
+        fewer += usize::from(*rows < window_rows(plain));
+    }
+    assert!(holders > 0, "holders' shares came from the store");
+    assert!(fewer > 0, "the holders' neighbourhoods are not read");
+    // Every process gives the same bits (the same stored numbers).
+    assert_eq!(with, analyse(store.clone(), &victims).await);
+    // A server's engine: the same, in one read.
+    let server = Engine::with_budget(
+        store.clone(),
+        Budget::new(BudgetOptions {
+            read_cache: Some(64 << 20),
+            ..Default::default()
+        }),
+    );
+    for (v, (_, _, want)) in victims.iter().zip(&with) {
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        let s = server
+            .focused(&Focus::of(&opts).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&culprits(&s, &opts), want, "victim {v}, a server's engine");
+    }
+
+    // Compacted: the same rows, the shares still hold.
+    let merged = store
+        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
+        .await
+        .unwrap();
+    assert!(merged.written > 0, "{merged:?}");
+    let compacted = store.manifest().await.unwrap();
+    assert!(compacted.version > manifest.version);
+    assert_eq!(compacted.telemetry_id(), stored.telemetry);
+    // (Its rows in another order: the same numbers to the last digits.)
+    for (v, (after, before)) in victims
+        .iter()
+        .zip(analyse(store.clone(), &victims).await.iter().zip(&with))
+    {
+        assert_eq!(
+            after.0, before.0,
+            "victim {v}: the stored shares still used"
+        );
+        assert_same(&before.2, &after.2, &format!("victim {v}, compacted"));
+    }
+
+    // A damaged object: computed as without it, the whole store's numbers.
+    let path = store.path(&stored.path);
+    use object_store::ObjectStoreExt;
+    let object_store = store.object_store();
+    let good = object_store
+        .get(&path)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let mut bad = good.to_vec();
+    let mid = bad.len() / 2;
+    bad[mid - 200..mid + 200].fill(0x5a);
+    object_store.put(&path, bad.into()).await.unwrap();
+    for (v, (n, _, got)) in victims.iter().zip(analyse(store.clone(), &victims).await) {
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        assert_eq!(n, 0, "victim {v}: no shares taken from a damaged object");
+        assert_same(
+            &culprits(&full, &opts),
+            &got,
+            &format!("victim {v}, damaged"),
+        );
+    }
+    object_store.put(&path, good.into()).await.unwrap();
+
+    // Expired: other rows, the stored shares are not looked at any more.
+    let ends = w
+        .queries
+        .column_by_name("end_time")
+        .unwrap()
+        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+    let mut ends: Vec<i64> = ends.iter().flatten().collect();
+    ends.sort();
+    // (Simulated queries all overlap: only host rows go.)
+    let expired = store.expire(ends[0] + 1, |_, _| {}).await.unwrap();
+    assert!(expired.version.is_some(), "{expired:?}");
+    assert_ne!(
+        store.manifest().await.unwrap().telemetry_id(),
+        stored.telemetry
+    );
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let victims: Vec<String> = victims
+        .into_iter()
+        .filter(|v| full.query(v).is_ok())
+        .collect();
+    assert!(victims.len() >= 3, "{victims:?}");
+    for (v, (n, _, got)) in victims.iter().zip(analyse(store.clone(), &victims).await) {
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        assert_eq!(n, 0, "victim {v}: shares of other rows are not used");
+        assert_same(
+            &culprits(&full, &opts),
+            &got,
+            &format!("victim {v}, expired"),
+        );
+    }
+    // Stored again: the older object is removed.
+    let again = Engine::new(store.clone())
+        .store_shares(&mut |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(again.removed, 1, "{again:?}");
+    assert_eq!(
+        store.derived_size(&stored.path).await.unwrap(),
+        None,
+        "the older shares are gone"
+    );
+}
+
+/// Per victim of the default analysis through a one-process engine: the
+/// holders' shares taken from the store, the window rows read, the culprits.
+async fn analyse(store: Store, victims: &[String]) -> Vec<(usize, usize, Culprits)> {
+    let engine = Engine::new(store);
+    let mut out = Vec::new();
+    for v in victims {
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        let s = engine
+            .focused(&Focus::of(&opts).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let known = s.ds.shares.as_ref().map_or(0, |s| s.known.len());
+        out.push((known, window_rows(&s), culprits(&s, &opts)));
+    }
+    out
+}
+
+/// A server stores the shares in the background once the telemetry is
+/// quiet (`Engine::store_shares_when_quiet`), and again once new rows are
+/// quiet too, the older object removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stores_the_shares_once_the_telemetry_is_quiet() {
+    let w = culprit_sim::simulate(&culprit_sim::SimConfig {
+        seed: 3,
+        queries: 6,
+        hosts: 3,
+        ..Default::default()
+    });
+    let store = store_of(&w).await;
+    let engine = std::sync::Arc::new(Engine::new(store.clone()));
+    let background = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .store_shares_when_quiet(std::time::Duration::from_millis(50))
+                .await
+        }
+    });
+    let stored = |telemetry: String| {
+        let store = store.clone();
+        async move {
+            let path = culprit_store::paths::stage_shares_file(&telemetry);
+            for _ in 0..600 {
+                if store.derived_size(&path).await.unwrap().is_some() {
+                    return path;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("no shares stored at {path} after 30 s");
+        }
+    };
+    let first = stored(store.manifest().await.unwrap().telemetry_id()).await;
+    // New rows (host rows of the same hosts again): stored again.
+    let mut batch = store.begin();
+    batch
+        .write(Table::HostWindows, std::slice::from_ref(&w.host_windows))
+        .await
+        .unwrap();
+    batch.commit().await.unwrap();
+    let second = stored(store.manifest().await.unwrap().telemetry_id()).await;
+    assert_ne!(first, second);
+    for _ in 0..600 {
+        if store.derived_size(&first).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.derived_size(&first).await.unwrap(), None);
+    background.abort();
+}

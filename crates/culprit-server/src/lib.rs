@@ -97,6 +97,10 @@ pub struct ServerOptions {
     pub budget: culprit_engine::BudgetOptions,
     /// Background compaction (`culprit_store::AutoCompact`); `None`: off.
     pub auto_compact: Option<culprit_store::AutoCompact>,
+    /// The slot holders' shares stored in the background once the
+    /// telemetry has not changed for this long
+    /// (`culprit_engine::Engine::store_shares_when_quiet`); `None`: off.
+    pub shares_after: Option<std::time::Duration>,
     /// Workers of the distributed engine (`culprit worker`): the sessions
     /// become their coordinator (`culprit_sql::cluster`). `None`: every
     /// query runs in this process.
@@ -106,6 +110,10 @@ pub struct ServerOptions {
     /// host bucket by host bucket, on the workers when there are any.
     pub window_cache_rows: u64,
 }
+
+/// `culprit serve`'s default for [`ServerOptions::shares_after`]: the
+/// shares are stored once the telemetry has not changed for a minute.
+pub const DEFAULT_SHARES_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for ServerOptions {
     fn default() -> Self {
@@ -122,6 +130,7 @@ impl Default for ServerOptions {
                 ..Default::default()
             },
             auto_compact: None,
+            shares_after: None,
             cluster: None,
             window_cache_rows: culprit_engine::WINDOW_CACHE_ROWS,
         }
@@ -166,6 +175,7 @@ pub struct Server {
     query_memory: Option<usize>,
     reports: reports::ReportOptions,
     auto_compact: Option<culprit_store::AutoCompact>,
+    shares_after: Option<std::time::Duration>,
     cluster: Option<culprit_sql::Cluster>,
 }
 
@@ -297,6 +307,7 @@ impl Server {
                 ..opts.reports
             },
             auto_compact,
+            shares_after: opts.shares_after,
             cluster: opts.cluster,
         })
     }
@@ -334,11 +345,23 @@ impl Server {
             }
         };
         tokio::pin!(compaction);
+        // The slot holders' shares stored once the telemetry is quiet.
+        let shares = {
+            let (engine, after) = (self.engine.clone(), self.shares_after);
+            async move {
+                match after {
+                    Some(after) => engine.store_shares_when_quiet(after).await,
+                    None => std::future::pending().await,
+                }
+            }
+        };
+        tokio::pin!(shares);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = &mut scheduler => {}
                 _ = &mut compaction => {}
+                _ = &mut shares => {}
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);

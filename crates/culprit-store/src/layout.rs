@@ -51,6 +51,12 @@ pub fn text_digest(text: &str) -> (u64, u64) {
 /// not show it; users cannot name a table so).
 pub const QUERY_SPANS: &str = "culprit.query_spans";
 
+/// The stored slot holders' shares (`paths::stage_shares_file`), derived
+/// from the telemetry, not a table of the manifest: one row per stage and
+/// culprit, with the stage's span (`first`, `last`) whose row groups'
+/// statistics let a read take only the stages of a time.
+pub const STAGE_SHARES: &str = "culprit.stage_shares";
+
 /// The schema of [`QUERY_SPANS`].
 pub fn query_spans_schema() -> arrow::datatypes::SchemaRef {
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -76,6 +82,9 @@ pub fn time_columns(table: &str) -> Option<(&'static [&'static str], &'static st
     match table {
         "tasks" => Some((&["launch_time", "ready_time"], "finish_time")),
         "task_windows" | "host_windows" => Some((&["window_start"], "window_end")),
+        // The stored slot holders' shares: a stage's first launch and last
+        // finish (`paths::stage_shares_file`).
+        STAGE_SHARES => Some((&["first"], "last")),
         _ => None,
     }
 }

@@ -87,6 +87,13 @@ pub struct Manifest {
     /// for readers of older manifests, then removed by a later compaction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<RetiredFile>,
+    /// The batch that last changed the telemetry's rows (an ingest, an
+    /// expiry): a compaction, a user table's statement or a scheduled job
+    /// leaves it. What is derived from the telemetry (the slot holders'
+    /// stored shares) holds while it stays. None in manifests written
+    /// before it was recorded ([`Manifest::telemetry_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<String>,
 }
 
 /// A data file replaced by a compaction, and since when (microseconds).
@@ -214,6 +221,17 @@ impl Manifest {
         } else {
             2
         }
+    }
+
+    /// What names the telemetry's rows at this version: the batch that
+    /// last changed them, or, in a manifest written before that was
+    /// recorded, this version itself (then what is derived holds at this
+    /// version only). Two manifests with the same id hold the same rows,
+    /// whatever compactions ran between them.
+    pub fn telemetry_id(&self) -> String {
+        self.telemetry
+            .clone()
+            .unwrap_or_else(|| format!("version-{}", self.version))
     }
 
     /// The files of one table, oldest first.

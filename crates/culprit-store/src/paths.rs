@@ -5,6 +5,7 @@
 //! ```text
 //! _culprit/manifests/00000000000000000007.json   the catalog, one per commit
 //! tables/<table>/<batch>-<part>.parquet           data, visible once listed
+//! derived/stage_shares/<telemetry>.parquet        the slot holders' shares
 //! ```
 
 use culprit_core::Table;
@@ -49,6 +50,18 @@ pub fn query_spans_file(batch: &str, part: usize) -> String {
 
 pub fn user_data_file(name: &str, batch: &str, part: usize) -> String {
     format!("tables/user/{name}/{batch}-{part:04}.parquet")
+}
+
+/// The folder of the stored slot holders' shares.
+pub const STAGE_SHARES_DIR: &str = "derived/stage_shares";
+
+/// `derived/stage_shares/<telemetry>.parquet`: the slot holders' shares of
+/// the telemetry named `telemetry` ([`crate::Manifest::telemetry_id`]).
+/// Derived, not listed in a manifest: named by the rows it was computed
+/// from, it holds for every manifest naming the same rows, and is written
+/// whole or not at all.
+pub fn stage_shares_file(telemetry: &str) -> String {
+    format!("{STAGE_SHARES_DIR}/{telemetry}.parquet")
 }
 
 /// An object path under the root.

@@ -751,6 +751,68 @@ impl Store {
         Ok((indexed == manifest.rows_of(Table::Tasks)).then_some(spans))
     }
 
+    /// The size of a derived object (`relative` to the root, not listed in
+    /// a manifest, [`paths::stage_shares_file`]), `None` when there is none.
+    pub async fn derived_size(&self, relative: &str) -> Result<Option<u64>> {
+        match self.object_store.head(&self.path(relative)).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.os_err()(e)),
+        }
+    }
+
+    /// A writer of a derived Parquet object of `name`'s layout
+    /// ([`crate::layout::time_columns`], [`crate::layout::rows_per_group`])
+    /// at `relative`, with `metadata` in its footer: readers see it whole
+    /// once [`DerivedWriter::finish`] returns, or not at all.
+    pub fn derived_writer(
+        &self,
+        relative: &str,
+        name: &str,
+        schema: &arrow::datatypes::SchemaRef,
+        metadata: Vec<(String, String)>,
+    ) -> Result<DerivedWriter> {
+        let mut props = writer_properties(name, schema).into_builder();
+        props = props.set_key_value_metadata(Some(
+            metadata
+                .into_iter()
+                .map(|(k, v)| parquet::file::metadata::KeyValue::new(k, v))
+                .collect(),
+        ));
+        let writer = BufWriter::new(self.object_store.clone(), self.path(relative));
+        let writer = AsyncArrowWriter::try_new(writer, schema.clone(), Some(props.build()))
+            .map_err(|source| StoreError::Parquet {
+                path: relative.to_string(),
+                source,
+            })?;
+        Ok(DerivedWriter {
+            store: self.clone(),
+            relative: relative.to_string(),
+            writer: Some(writer),
+        })
+    }
+
+    /// Removes the objects under `dir` (relative to the root) but `keep`:
+    /// older derived objects. How many were removed.
+    pub async fn remove_derived_except(&self, dir: &str, keep: &str) -> Result<usize> {
+        let keep = self.path(keep);
+        let old: Vec<Path> = self
+            .object_store
+            .list(Some(&self.path(dir)))
+            .map_ok(|m| m.location)
+            .try_filter(|l| futures::future::ready(*l != keep))
+            .try_collect()
+            .await
+            .map_err(self.os_err())?;
+        for l in &old {
+            match self.object_store.delete(l).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.os_err()(e)),
+            }
+        }
+        Ok(old.len())
+    }
+
     /// The bytes of one data file.
     pub async fn fetch(&self, file: &DataFile) -> Result<bytes::Bytes> {
         let path = self.path(&file.path);
@@ -1544,6 +1606,40 @@ pub struct CommitInfo {
     pub files: usize,
 }
 
+/// A derived object being written ([`Store::derived_writer`]).
+pub struct DerivedWriter {
+    store: Store,
+    relative: String,
+    writer: Option<AsyncArrowWriter<BufWriter>>,
+}
+
+impl DerivedWriter {
+    pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.write(batch).await.map_err(|source| StoreError::Parquet {
+            path: self.relative.clone(),
+            source,
+        })
+    }
+
+    /// Completes the object (it appears whole); its size in bytes.
+    pub async fn finish(mut self) -> Result<u64> {
+        if let Some(w) = self.writer.take() {
+            w.close().await.map_err(|source| StoreError::Parquet {
+                path: self.relative.clone(),
+                source,
+            })?;
+        }
+        Ok(self
+            .store
+            .derived_size(&self.relative)
+            .await?
+            .unwrap_or_default())
+    }
+}
+
 /// A batch being written: its files exist but no manifest lists them yet.
 pub struct PendingBatch {
     store: Store,
@@ -2301,6 +2397,20 @@ impl PendingBatch {
         }
     }
 
+    /// Whether committing this batch changes the telemetry's rows
+    /// ([`Manifest::telemetry`]): an ingest's files of a telemetry table,
+    /// an expiry. A compaction rewrites the same rows.
+    fn changes_telemetry(&self) -> bool {
+        match self.kind {
+            Some("compact") => false,
+            Some("expire") => true,
+            _ => self
+                .files
+                .iter()
+                .any(|f| f.table.parse::<culprit_core::Table>().is_ok()),
+        }
+    }
+
     async fn try_commit(&self) -> Result<CommitInfo> {
         let rows = self.rows();
         for _ in 0..COMMIT_RETRIES {
@@ -2324,6 +2434,9 @@ impl PendingBatch {
                     .cloned()
                     .collect::<Vec<_>>(),
             );
+            if self.changes_telemetry() {
+                manifest.telemetry = Some(self.id.clone());
+            }
             manifest.batches.push(BatchInfo {
                 id: self.id.clone(),
                 version,
@@ -3095,6 +3208,73 @@ pub(crate) mod tests {
         batch.commit().await.unwrap();
         let (version, rows) = newest(&store).await;
         assert_eq!((version, rows), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn the_telemetry_id_changes_with_the_rows_only() {
+        // What is derived from the telemetry (stored shares) is named by
+        // it: an ingest and an expiry change it, a compaction, a user
+        // table's statement and an empty batch do not.
+        let store = Store::open("memory://").unwrap();
+        let empty = store.manifest().await.unwrap();
+        assert_eq!(empty.telemetry_id(), "version-0");
+        let mut batch = store.begin();
+        batch
+            .write(Table::Tasks, &[task_rows(0, 40)])
+            .await
+            .unwrap();
+        let first = batch.id().to_string();
+        batch.commit().await.unwrap();
+        commit_host_rows(&store, 3).await;
+        commit_host_rows(&store, 4).await;
+        let m = store.manifest().await.unwrap();
+        let second = m.batches.last().unwrap().id.clone();
+        assert_ne!(first, second);
+        assert_eq!(m.telemetry.as_deref(), Some(second.as_str()));
+        assert_eq!(m.telemetry_id(), second);
+
+        let report = store
+            .compact(&crate::CompactOptions::default(), |_, _| {})
+            .await
+            .unwrap();
+        assert!(report.files_merged() > 0, "{report:?}");
+        let compacted = store.manifest().await.unwrap();
+        assert!(compacted.version > m.version);
+        assert_eq!(compacted.telemetry_id(), second, "a compaction keeps it");
+
+        let schema = teams(&[("ana", "etl")]).schema();
+        let mut b = store.begin();
+        b.create_user_table("teams", &schema, false, false).unwrap();
+        b.write_user("teams", &schema, &[teams(&[("ana", "etl")])])
+            .await
+            .unwrap();
+        b.commit().await.unwrap();
+        store.begin().commit().await.unwrap();
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.version, compacted.version + 2);
+        assert_eq!(
+            m.telemetry_id(),
+            second,
+            "nor do a user table and an empty batch"
+        );
+
+        // Tasks end by 10 * 39 + 50 + 10: all of them before 1000.
+        let expired = store.expire(1_000, |_, _| {}).await.unwrap();
+        assert!(expired.queries > 0, "{expired:?}");
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.batches.last().unwrap().kind.as_deref(), Some("expire"));
+        assert_eq!(
+            m.telemetry_id(),
+            m.batches.last().unwrap().id,
+            "an expiry changes it"
+        );
+
+        // A manifest written before it was recorded: its version names it.
+        let old: Manifest = serde_json::from_str(
+            r#"{"format":1,"version":7,"files":[],"sources":[],"batches":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(old.telemetry_id(), "version-7");
     }
 
     #[tokio::test]

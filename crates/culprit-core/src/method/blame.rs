@@ -93,13 +93,45 @@ pub fn keep_shares(
     let Some(shares) = HolderShares::of(ds, &windows, attribution)? else {
         return Ok(());
     };
-    let run = RunSeconds::of(ds, &windows);
-    let entries = schedule::in_memory(ds, Explained::stages(mask), &windows, attribution)?
-        .pop()
-        .unwrap_or_default();
-    let mut rho = Rho::of(entries.iter(), &run, 0);
+    let mut rho = rho_of(ds, mask, &windows, attribution)?;
     shares.complete(ds, mask, &mut rho);
     Ok(())
+}
+
+/// The shares `rho` (section 5b) in `window` with `attribution` of every
+/// stage of `mask`, explained whole over the window rows in memory (the
+/// dataset must hold each such stage's whole neighbourhood), in the order
+/// of the stages; an empty list for a stage that ran no time in the
+/// window or was slowed by nothing. What a store keeps of its stages
+/// (`culprit shares`) is computed so.
+pub fn stage_shares(
+    ds: &Dataset,
+    mask: &[bool],
+    window: (super::model::Micros, super::model::Micros),
+    attribution: Attribution,
+) -> Result<Vec<(u32, super::transitive::Shares)>, MethodError> {
+    let windows = Windows::one(window);
+    let mut rho = rho_of(ds, mask, &windows, attribution)?;
+    Ok(mask
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| **m)
+        .map(|(s, _)| (s as u32, rho.take(s as u32)))
+        .collect())
+}
+
+/// The shares of the stages of `mask`, explained whole in `windows` (one).
+fn rho_of(
+    ds: &Dataset,
+    mask: &[bool],
+    windows: &Windows,
+    attribution: Attribution,
+) -> Result<Rho, MethodError> {
+    let run = RunSeconds::of(ds, windows);
+    let entries = schedule::in_memory(ds, Explained::stages(mask), windows, attribution)?
+        .pop()
+        .unwrap_or_default();
+    Ok(Rho::of(entries.iter(), &run, 0))
 }
 
 /// [`pass_on`] of the entries of `chunks` that `keep` keeps, chunk by

@@ -52,6 +52,7 @@ mod tests_papers;
 pub use beta::BetaAcc;
 pub use blame::{
     blame, blame_series, blame_series_sharded, blame_series_streamed, blame_streamed, keep_shares,
+    stage_shares,
 };
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};

@@ -148,6 +148,11 @@ impl RunSeconds {
 pub(crate) struct Rho(FxHashMap<u32, Shares>);
 
 impl Rho {
+    /// The shares of stage `s`, taken out (none if it had none).
+    pub(crate) fn take(&mut self, s: u32) -> Shares {
+        self.0.remove(&s).unwrap_or_default()
+    }
+
     pub(crate) fn of<'a>(
         entries: impl IntoIterator<Item = &'a Entry>,
         run: &RunSeconds,

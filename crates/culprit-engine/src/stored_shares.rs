@@ -1,0 +1,421 @@
+//! Slot holders' shares stored with the data (method.md section 5b).
+//!
+//! Transitive slot blame passes a victim's slot wait on in the shares
+//! `rho(cs, X)` of the holder stage `cs`, which depend on the holder, the
+//! window and the attribution, not on the victim. Computing them means
+//! reading and sweeping every host the holder ran on: on a wide cluster
+//! most of a one-victim analysis (docs/performance.md). `culprit shares`
+//! (and a server, in the background) computes the shares of every stage of
+//! the store once, for the default analysis (the whole time, the
+//! conserving attribution), and stores them in one Parquet object named by
+//! the telemetry it was computed from ([`Manifest::telemetry_id`],
+//! `paths::stage_shares_file`): a compaction keeps them valid, an ingest or
+//! an expiry names other rows, and the object of the old ones is no longer
+//! looked at (the next computation removes it).
+//!
+//! A focused analysis ([`Engine::focused`]) looks the holders of its
+//! victims up there, by the stages' spans (row group statistics: only the
+//! stages of the victims' time are decoded), and neither reads nor sweeps
+//! those holders' neighbourhoods. A holder missing from it, or an object
+//! that cannot be read (damaged, removed meanwhile), is computed as
+//! without it; the analysis never fails for it.
+//!
+//! The stored numbers are those a focused read of the holder's own query
+//! gives: the same to about 1e-12 relative as a holder swept beside a
+//! victim (the same terms summed in another order), and, once stored, the
+//! same bits for every analysis of the same telemetry, one process or a
+//! server.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, AsArray, Float64Builder, Int64Builder, RecordBatch, StringBuilder, UInt8Builder,
+};
+use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef, UInt8Type};
+use culprit_core::method::{stage_shares, Attribution, Culprit, Micros};
+use culprit_store::layout::STAGE_SHARES;
+use culprit_store::{paths, DataFile, Manifest};
+use futures::StreamExt;
+
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::focus::{groups_by_start, of_victims, Focus, GROUP_TASKS};
+use crate::shares::{Named, NamedShares};
+
+/// The window of the stored shares: the whole time (an analysis without
+/// `from` or `to`).
+pub const WINDOW: (Micros, Micros) = (Micros::MIN, Micros::MAX);
+
+/// The attribution of the stored shares (the default).
+pub const ATTRIBUTION: Attribution = Attribution::Window;
+
+/// The footer's key naming the telemetry the shares were computed from.
+const TELEMETRY_KEY: &str = "culprit.telemetry";
+
+/// A row's culprit: none (a stage that nothing slowed, kept so that it is
+/// known), a stage, GC, external, unknown.
+const NONE: u8 = 0;
+const STAGE: u8 = 1;
+const GC: u8 = 2;
+const EXTERNAL: u8 = 3;
+const UNKNOWN: u8 = 4;
+
+/// The schema of the stored shares: per stage (`query`, `stage`, its
+/// first launch and last finish in µs), one row per culprit and its share.
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("query", DataType::Utf8, false),
+        Field::new("stage", DataType::Utf8, false),
+        Field::new("first", DataType::Int64, false),
+        Field::new("last", DataType::Int64, false),
+        Field::new("culprit", DataType::UInt8, false),
+        Field::new("culprit_query", DataType::Utf8, true),
+        Field::new("culprit_stage", DataType::Utf8, true),
+        Field::new("share", DataType::Float64, false),
+    ]))
+}
+
+/// What [`Engine::store_shares`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharesStored {
+    /// The object, relative to the store's root.
+    pub path: String,
+    /// The telemetry it holds for ([`Manifest::telemetry_id`]).
+    pub telemetry: String,
+    pub stages: usize,
+    /// Culprit rows (a stage slowed by nothing has one row of none).
+    pub rows: usize,
+    pub bytes: u64,
+    /// Older objects removed.
+    pub removed: usize,
+}
+
+/// Stored shares read for one analysis: by (query, stage).
+pub(crate) type Found = HashMap<(String, String), NamedShares>;
+
+impl Engine {
+    /// Computes the slot holders' shares of every stage of the store's
+    /// newest version and stores them (see the module doc), in groups of
+    /// queries by start (each read as [`Engine::focused`] reads named
+    /// victims: memory follows a group, not the store); `progress` is
+    /// told the groups done and their number. Refused for a store without
+    /// a complete query index (written before it): nothing could use them.
+    pub async fn store_shares(
+        &self,
+        progress: &mut (dyn FnMut(usize, usize) + Send),
+    ) -> Result<SharesStored, Error> {
+        let store = self.store();
+        let manifest = store.manifest().await?;
+        let Some(spans) = self.spans(&manifest).await? else {
+            return Err(Error::argument(
+                "shares",
+                "the store has no complete query index (it was written before one was kept): \
+                 analyses read it whole and would not use stored shares",
+            ));
+        };
+        let telemetry = manifest.telemetry_id();
+        let path = paths::stage_shares_file(&telemetry);
+        let whole = self.whole_tables(&manifest).await?;
+        let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), GROUP_TASKS);
+        let schema = schema();
+        let mut writer = store.derived_writer(
+            &path,
+            STAGE_SHARES,
+            &schema,
+            vec![(TELEMETRY_KEY.to_string(), telemetry.clone())],
+        )?;
+        let (mut stages, mut rows) = (0usize, 0usize);
+        progress(0, groups.len());
+        for (i, victims) in groups.iter().enumerate() {
+            let focus = Focus {
+                victims: victims.clone(),
+                holders: false,
+                window: WINDOW,
+                attribution: ATTRIBUTION,
+            };
+            // Admitted as a heavy analysis (a server's budget: it waits
+            // for a slot and its memory as one; what it reads is counted).
+            let estimate = group_estimate(&manifest, &spans, victims);
+            let mut admitted = self
+                .budget()
+                .admit("storing the slot holders' shares", estimate, true)
+                .await?;
+            let (snapshot, _) = self
+                .focused_at(
+                    manifest.clone(),
+                    &spans,
+                    &whole,
+                    &focus,
+                    false,
+                    Some(&mut admitted.reservation),
+                )
+                .await?;
+            let (ds, victims, schema) = (snapshot.ds.clone(), victims.clone(), schema.clone());
+            let batch = tokio::task::spawn_blocking(move || {
+                let mask = of_victims(&ds, &victims);
+                let shares = stage_shares(&ds, &mask, WINDOW, ATTRIBUTION)?;
+                rows_of(&ds, &shares, schema)
+            })
+            .await
+            .map_err(|e| Error::Internal(format!("computing the stages' shares: {e}")))??;
+            drop((snapshot, admitted));
+            stages += batch.1;
+            rows += batch.0.num_rows();
+            writer.write(&batch.0).await?;
+            progress(i + 1, groups.len());
+        }
+        let bytes = writer.finish().await?;
+        // The shares of other telemetry are of no use any more; a reader
+        // of an older manifest still reading one computes without it.
+        let removed = match store
+            .remove_derived_except(paths::STAGE_SHARES_DIR, &path)
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("removing older stored shares: {e}");
+                0
+            }
+        };
+        log::info!(
+            "stored the shares of {stages} stages ({rows} rows, {bytes} bytes) for the telemetry \
+             {telemetry} in {path}"
+        );
+        Ok(SharesStored {
+            path,
+            telemetry,
+            stages,
+            rows,
+            bytes,
+            removed,
+        })
+    }
+
+    /// Stores the slot holders' shares in the background, for a server:
+    /// every `after`, if the telemetry is the one of the check before (it
+    /// has not changed for at least `after`: an ingest running file after
+    /// file would make them stale at once) and none are stored for it,
+    /// [`Engine::store_shares`]. Forever (drop the future to stop; stopped
+    /// halfway, nothing is stored). A failure (the budget full, the store
+    /// unreachable) is logged and tried again at the next check.
+    pub async fn store_shares_when_quiet(&self, after: std::time::Duration) {
+        let mut last: Option<String> = None;
+        loop {
+            tokio::time::sleep(after).await;
+            let telemetry = match self.store().manifest().await {
+                Ok(m) => m.telemetry_id(),
+                Err(e) => {
+                    log::warn!("stored shares: cannot read the manifest: {e}");
+                    continue;
+                }
+            };
+            let quiet = last.as_deref() == Some(telemetry.as_str());
+            last = Some(telemetry.clone());
+            if !quiet {
+                continue;
+            }
+            match self
+                .store()
+                .derived_size(&paths::stage_shares_file(&telemetry))
+                .await
+            {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => {
+                    log::warn!("stored shares: {e}");
+                    continue;
+                }
+            }
+            let started = std::time::Instant::now();
+            match self.store_shares(&mut |_, _| {}).await {
+                Ok(r) => log::info!(
+                    "stored shares: {} stages ({} rows) for the telemetry {} in {:.2} s",
+                    r.stages,
+                    r.rows,
+                    r.telemetry,
+                    started.elapsed().as_secs_f64()
+                ),
+                Err(e) => log::warn!(
+                    "stored shares: not stored for the telemetry {telemetry} ({e}); tried again \
+                     at the next check"
+                ),
+            }
+        }
+    }
+
+    /// The stored shares of the stages whose span may overlap `span`
+    /// (those of other stages may come too), if shares are stored for the
+    /// telemetry of `manifest`; `None` when none are or they cannot be read
+    /// (logged: the analysis computes them).
+    pub(crate) async fn stored_shares(
+        &self,
+        manifest: &Manifest,
+        span: (i64, i64),
+        cached: bool,
+    ) -> Option<Found> {
+        let path = paths::stage_shares_file(&manifest.telemetry_id());
+        let bytes = match self.store().derived_size(&path).await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return None,
+            Err(e) => {
+                log::warn!("looking for stored shares at {path}: {e}");
+                return None;
+            }
+        };
+        let file = DataFile {
+            table: STAGE_SHARES.to_string(),
+            path: path.clone(),
+            rows: 0,
+            bytes,
+            batch: String::new(),
+            bucket: None,
+            window_span: None,
+        };
+        let mut found = Found::new();
+        let mut rows = self.scan(vec![file], span, cached);
+        while let Some(b) = rows.next().await {
+            if let Err(e) = b
+                .map_err(Error::from)
+                .and_then(|b| add_rows(&mut found, &b))
+            {
+                log::warn!("reading the stored shares {path}: {e}; computing them instead");
+                return None;
+            }
+        }
+        Some(found)
+    }
+}
+
+/// The memory of a group's read and analysis, estimated from the query
+/// index as a read for named victims is.
+fn group_estimate(manifest: &Manifest, spans: &crate::focus::Spans, victims: &[String]) -> usize {
+    crate::focus::read_estimate(manifest, spans, crate::focus::victims_span(spans, victims))
+}
+
+/// The rows of `shares` (stages of `ds`) and how many stages.
+fn rows_of(
+    ds: &culprit_core::method::Dataset,
+    shares: &[(u32, culprit_core::method::transitive::Shares)],
+    schema: SchemaRef,
+) -> Result<(RecordBatch, usize), Error> {
+    // Each stage's first launch and last finish, over its tasks.
+    let mut span = vec![(i64::MAX, i64::MIN); ds.stages.len()];
+    for t in &ds.tasks {
+        let s = &mut span[t.stage as usize];
+        *s = (s.0.min(t.launch), s.1.max(t.finish));
+    }
+    let mut order: Vec<&(u32, _)> = shares.iter().collect();
+    order.sort_by_key(|(s, _)| (span[*s as usize], *s));
+    let n: usize = shares.iter().map(|(_, v)| v.len().max(1)).sum();
+    let mut query = StringBuilder::with_capacity(n, n * 8);
+    let mut stage = StringBuilder::with_capacity(n, n * 4);
+    let mut first = Int64Builder::with_capacity(n);
+    let mut last = Int64Builder::with_capacity(n);
+    let mut culprit = UInt8Builder::with_capacity(n);
+    let mut culprit_query = StringBuilder::with_capacity(n, n * 8);
+    let mut culprit_stage = StringBuilder::with_capacity(n, n * 4);
+    let mut share = Float64Builder::with_capacity(n);
+    for (s, v) in order {
+        let (a, b) = span[*s as usize];
+        // A stage slowed by nothing: one row of none, so that it is known.
+        let entries: Vec<(Option<Culprit>, f64)> = if v.is_empty() {
+            vec![(None, 0.0)]
+        } else {
+            v.iter().map(|&(c, x)| (Some(c), x)).collect()
+        };
+        for (c, x) in entries {
+            query.append_value(ds.stage_query_name(*s));
+            stage.append_value(ds.stage_name(*s));
+            first.append_value(a);
+            last.append_value(b);
+            share.append_value(x);
+            match c {
+                Some(Culprit::Stage(cs)) => {
+                    culprit.append_value(STAGE);
+                    culprit_query.append_value(ds.stage_query_name(cs));
+                    culprit_stage.append_value(ds.stage_name(cs));
+                }
+                c => {
+                    culprit.append_value(match c {
+                        None => NONE,
+                        Some(Culprit::Gc) => GC,
+                        Some(Culprit::External) => EXTERNAL,
+                        _ => UNKNOWN,
+                    });
+                    culprit_query.append_null();
+                    culprit_stage.append_null();
+                }
+            }
+        }
+    }
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(query.finish()),
+            Arc::new(stage.finish()),
+            Arc::new(first.finish()),
+            Arc::new(last.finish()),
+            Arc::new(culprit.finish()),
+            Arc::new(culprit_query.finish()),
+            Arc::new(culprit_stage.finish()),
+            Arc::new(share.finish()),
+        ],
+    )
+    .map_err(|e| Error::Internal(format!("the stages' shares: {e}")))?;
+    Ok((batch, shares.len()))
+}
+
+/// Adds a batch of stored rows to `found`, checking what it holds.
+fn add_rows(found: &mut Found, b: &RecordBatch) -> Result<(), Error> {
+    let bad = |what: &str| {
+        Error::Internal(format!(
+            "the stored shares' column {what} is missing or of another type"
+        ))
+    };
+    let text = |name: &str| {
+        b.column_by_name(name)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| bad(name))
+    };
+    let (query, stage) = (text("query")?, text("stage")?);
+    let (culprit_query, culprit_stage) = (text("culprit_query")?, text("culprit_stage")?);
+    let culprit = b
+        .column_by_name("culprit")
+        .and_then(|c| c.as_primitive_opt::<UInt8Type>())
+        .ok_or_else(|| bad("culprit"))?;
+    let share = b
+        .column_by_name("share")
+        .and_then(|c| c.as_primitive_opt::<Float64Type>())
+        .ok_or_else(|| bad("share"))?;
+    // The spans are only for pruning; checked so that a foreign file fails.
+    b.column_by_name("first")
+        .and_then(|c| c.as_primitive_opt::<Int64Type>())
+        .ok_or_else(|| bad("first"))?;
+    for i in 0..b.num_rows() {
+        if query.is_null(i) || stage.is_null(i) || culprit.is_null(i) || share.is_null(i) {
+            return Err(Error::Internal(format!(
+                "the stored shares hold a null at row {i}"
+            )));
+        }
+        let key = (query.value(i).to_string(), stage.value(i).to_string());
+        let entry = found.entry(key).or_default();
+        let named = match culprit.value(i) {
+            NONE => continue,
+            STAGE if !culprit_query.is_null(i) && !culprit_stage.is_null(i) => Named::Stage(
+                culprit_query.value(i).to_string(),
+                culprit_stage.value(i).to_string(),
+            ),
+            GC => Named::Gc,
+            EXTERNAL => Named::External,
+            UNKNOWN => Named::Unknown,
+            other => {
+                return Err(Error::Internal(format!(
+                    "the stored shares hold an unknown culprit kind {other} at row {i}"
+                )))
+            }
+        };
+        Arc::make_mut(entry).push((named, share.value(i)));
+    }
+    Ok(())
+}
