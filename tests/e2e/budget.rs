@@ -76,6 +76,10 @@ async fn heavy_analyses_wait_or_fail_cleanly_and_light_ones_answer() {
             "2",
             "--heavy-queue",
             "8",
+            // The figures of docs/operations.md are of the clients'
+            // analyses alone, without the background storing of shares.
+            "--shares-after",
+            "0",
         ],
     );
     let addr = server.addr;

@@ -55,6 +55,9 @@ pub fn shares_summary(r: &culprit_engine::SharesStored, took: std::time::Duratio
     } else {
         String::new()
     };
+    if r.stages == 0 {
+        return "the store holds no tasks: no shares to store".to_string();
+    }
     format!(
         "stored the slot holders' shares of {} stages ({} rows, {:.1} MiB) in {:.2} s at {} (telemetry {}){removed}",
         r.stages,

@@ -96,7 +96,8 @@ pub(crate) type Found = HashMap<(String, String), NamedShares>;
 
 impl Engine {
     /// Computes the slot holders' shares of every stage of the store's
-    /// newest version and stores them (see the module doc), in groups of
+    /// newest version and stores them (see the module doc; nothing for a
+    /// store without tasks), in groups of
     /// queries by start (each read as [`Engine::focused`] reads named
     /// victims: memory follows a group, not the store); `progress` is
     /// told the groups done and their number. Refused for a store without
@@ -116,6 +117,17 @@ impl Engine {
         };
         let telemetry = manifest.telemetry_id();
         let path = paths::stage_shares_file(&telemetry);
+        if manifest.rows_of(culprit_core::Table::Tasks) == 0 {
+            // No stage ran: nothing to store (an empty store).
+            return Ok(SharesStored {
+                path,
+                telemetry,
+                stages: 0,
+                rows: 0,
+                bytes: 0,
+                removed: 0,
+            });
+        }
         let whole = self.whole_tables(&manifest).await?;
         let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), GROUP_TASKS);
         let schema = schema();
@@ -204,6 +216,7 @@ impl Engine {
         loop {
             tokio::time::sleep(after).await;
             let telemetry = match self.store().manifest().await {
+                Ok(m) if m.rows_of(culprit_core::Table::Tasks) == 0 => continue,
                 Ok(m) => m.telemetry_id(),
                 Err(e) => {
                     log::warn!("stored shares: cannot read the manifest: {e}");
