@@ -656,27 +656,43 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
     );
     let opened = Store::open(&store).unwrap();
     let telemetry = opened.manifest().await.unwrap().telemetry_id();
-    let path = culprit_store::paths::stage_shares_file(&telemetry);
-    assert!(out.contains(&path), "{out}");
-    assert!(opened.derived_size(&path).await.unwrap().is_some());
+    let found = opened
+        .derived_objects(&culprit_store::paths::stage_shares_dir(&telemetry))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(out.contains(&found[0].0), "{out}");
     assert_eq!(answers(&store), expected);
+    // Asked again: already stored, nothing written over.
+    let again = run_ok(&["shares", "--store", &store]);
+    assert!(again.contains("stored already"), "{again}");
 
     // A server: stored in the background, the same answers.
     let (live, _) = store_in_pieces(&tmp.path().join("b"));
     let live_store = Store::open(&live).unwrap();
-    let path = culprit_store::paths::stage_shares_file(
+    let dir = culprit_store::paths::stage_shares_dir(
         &live_store.manifest().await.unwrap().telemetry_id(),
     );
-    assert!(live_store.derived_size(&path).await.unwrap().is_none());
+    assert!(live_store.derived_objects(&dir).await.unwrap().is_empty());
     let mut server = serve_process(&live, &["--compact-files", "0", "--shares-after", "0.3"]);
     let mut waited = 0;
-    while live_store.derived_size(&path).await.unwrap().is_none() {
+    while live_store.derived_objects(&dir).await.unwrap().is_empty() {
         assert!(waited < 600, "no shares stored after 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
         waited += 1;
     }
     assert!(server.alive());
-    assert!(server.stderr.lock().unwrap().contains("stored shares:"));
+    // Stored by the server (not a failure's warning).
+    let stored_line = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("stored shares: ") && l.contains(" stages ("))
+    };
+    let mut waited = 0;
+    while !stored_line(&server.stderr.lock().unwrap()) {
+        assert!(waited < 100, "{}", server.stderr.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
     let client = connect(server.addr).await;
     let rows = client
         .query(
@@ -698,5 +714,13 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
         .collect();
     let want: Vec<&str> = expected[5].lines().skip(1).collect();
     assert_eq!(served, want);
+    // The victims' holders came from the store: the server's read says
+    // how many shares it did not compute (`M kept from earlier analyses`).
+    let log = server.stderr.lock().unwrap().clone();
+    let read = log
+        .lines()
+        .find(|l| l.contains("read for q-victim in"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(!read.ends_with(" 0 kept from earlier analyses)"), "{read}");
     assert_eq!(answers(&live), expected);
 }

@@ -48,15 +48,22 @@ pub fn print(
     Ok(())
 }
 
-/// The summary line of `culprit compact`.
+/// The summary line of `culprit shares`.
 pub fn shares_summary(r: &culprit_engine::SharesStored, took: std::time::Duration) -> String {
     let removed = if r.removed > 0 {
         format!("; {} older removed", r.removed)
     } else {
         String::new()
     };
-    if r.stages == 0 {
-        return "the store holds no tasks: no shares to store".to_string();
+    if !r.computed {
+        return if r.bytes == 0 {
+            "the store holds no tasks: no shares to store".to_string()
+        } else {
+            format!(
+                "the slot holders' shares are stored already for the telemetry {}, at {}",
+                r.telemetry, r.path
+            )
+        };
     }
     format!(
         "stored the slot holders' shares of {} stages ({} rows, {:.1} MiB) in {:.2} s at {} (telemetry {}){removed}",
@@ -69,6 +76,7 @@ pub fn shares_summary(r: &culprit_engine::SharesStored, took: std::time::Duratio
     )
 }
 
+/// The summary line of `culprit compact`.
 pub fn compact_summary(r: &culprit_store::CompactReport, took: std::time::Duration) -> String {
     let mut removed = if r.removed > 0 {
         format!("; {} retired files removed", r.removed)

@@ -43,6 +43,9 @@ pub struct Engine {
     /// with what they may take held in the budget (a server's engine).
     pub(crate) shares: Arc<crate::shares::SharesCache>,
     _shares_held: Option<Reservation>,
+    /// The holders' shares stored with the data found last
+    /// (`stored_shares.rs`).
+    pub(crate) located: crate::stored_shares::Located,
 }
 
 /// The dataset of one manifest version, with its window rows in memory or
@@ -110,6 +113,7 @@ impl Engine {
             sweeper: None,
             shares: Default::default(),
             _shares_held: None,
+            located: Default::default(),
         }
     }
 

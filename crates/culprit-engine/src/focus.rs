@@ -100,6 +100,27 @@ impl Focus {
     }
 }
 
+/// What a focused read may use that was kept before.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kept {
+    /// The engine's read cache, if it has one (a server's engine).
+    pub cached: bool,
+    /// The holders' shares stored with the data, when the focus is of
+    /// their window and attribution (`stored_shares.rs`).
+    pub stored: bool,
+}
+
+impl Kept {
+    pub const ALL: Kept = Kept {
+        cached: true,
+        stored: true,
+    };
+    pub const NONE: Kept = Kept {
+        cached: false,
+        stored: false,
+    };
+}
+
 /// Victims' tasks per group of an analysis over every victim of a large
 /// store ([`Engine::victim_groups`]): its memory follows this, not the store.
 pub const GROUP_TASKS: u64 = 1 << 16;
@@ -335,11 +356,13 @@ impl Engine {
                 &spans,
                 &whole,
                 focus,
-                true,
+                Kept::ALL,
                 Some(&mut held),
             )
             .await?;
-        if !swept || snapshot.ds.shares.is_none() {
+        // Nothing to keep for later calls (one process, whose shares came
+        // from the store): the one read is the answer's.
+        if !swept || snapshot.ds.shares.as_ref().is_none_or(|s| s.keep.is_none()) {
             return Ok(Some(snapshot.holding(held)));
         }
         // A server's engine: the holders not kept yet are explained now
@@ -351,7 +374,7 @@ impl Engine {
         let mut held = self.keep_holder_shares(&snapshot, held).await?;
         drop(snapshot);
         let (snapshot, _) = self
-            .focused_at(manifest, &spans, &whole, focus, true, Some(&mut held))
+            .focused_at(manifest, &spans, &whole, focus, Kept::ALL, Some(&mut held))
             .await?;
         Ok(Some(snapshot.holding(held)))
     }
@@ -425,7 +448,10 @@ impl Engine {
     }
 
     /// The dataset of group `i` of `groups`: what the analysis of its
-    /// queries needs, read at the groups' manifest version.
+    /// queries needs, read at the groups' manifest version. Every holder
+    /// is read and swept (no stored shares: the group's analysis may be of
+    /// another window or attribution than theirs, which this does not
+    /// know).
     pub async fn group(&self, groups: &VictimGroups, i: usize) -> Result<Snapshot, Error> {
         self.focused_at(
             groups.manifest.clone(),
@@ -437,7 +463,7 @@ impl Engine {
                 window: (Micros::MIN, Micros::MAX),
                 attribution: Attribution::Window,
             },
-            false,
+            Kept::NONE,
             None,
         )
         .await
@@ -471,15 +497,18 @@ impl Engine {
         Ok(whole)
     }
 
+    /// The dataset of `focus` at `manifest`, using what is `kept`; with
+    /// whether holders were swept whose shares were not kept.
     pub(crate) async fn focused_at(
         &self,
         manifest: Arc<Manifest>,
         spans: &Spans,
         whole: &WholeTables,
         focus: &Focus,
-        cached: bool,
+        kept: Kept,
         mut held: Option<&mut Reservation>,
     ) -> Result<(Snapshot, bool), Error> {
+        let Kept { cached, stored } = kept;
         let started = std::time::Instant::now();
         let store = self.store();
         let victims = &focus.victims;
@@ -509,38 +538,47 @@ impl Engine {
                 // Nor of those whose shares the store keeps for the
                 // default analysis (`stored_shares.rs`).
                 holders = slot_holders(&ds, &victim);
-                let stored = if holders.iter().any(|&s| !victim[s as usize])
+                let stored = if stored
+                    && holders.iter().any(|&s| !victim[s as usize])
                     && focus.window == crate::stored_shares::WINDOW
                     && focus.attribution == crate::stored_shares::ATTRIBUTION
                 {
-                    self.stored_shares(&manifest, (a, b), cached).await
+                    let wanted = holders
+                        .iter()
+                        .filter(|&&s| !victim[s as usize])
+                        .map(|&s| {
+                            (
+                                ds.stage_query_name(s).to_string(),
+                                ds.stage_name(s).to_string(),
+                            )
+                        })
+                        .collect();
+                    self.stored_shares(&manifest, (a, b), cached, &wanted).await
                 } else {
                     None
                 };
                 if keeps || stored.is_some() {
                     holders.retain(|&s| {
                         let (q, st) = (ds.stage_query_name(s), ds.stage_name(s));
-                        let kept = (!victim[s as usize])
-                            .then(|| {
-                                stored
-                                    .as_ref()
-                                    .and_then(|f| f.get(&(q.to_string(), st.to_string())))
-                                    .cloned()
-                                    .or_else(|| {
-                                        keeps
-                                            .then(|| {
-                                                self.shares.get(
-                                                    manifest.version,
-                                                    q,
-                                                    st,
-                                                    focus.window,
-                                                    focus.attribution,
-                                                )
-                                            })
-                                            .flatten()
-                                    })
-                            })
-                            .flatten();
+                        let from_store = || {
+                            let f = stored.as_ref()?;
+                            f.get(&(q.to_string(), st.to_string())).cloned()
+                        };
+                        let kept = if victim[s as usize] {
+                            None
+                        } else if let Some(shares) = from_store() {
+                            Some(shares)
+                        } else if keeps {
+                            self.shares.get(
+                                manifest.version,
+                                q,
+                                st,
+                                focus.window,
+                                focus.attribution,
+                            )
+                        } else {
+                            None
+                        };
                         match kept {
                             Some(shares) => {
                                 known.push((s, shares));

@@ -7,11 +7,14 @@
 //! most of a one-victim analysis (docs/performance.md). `culprit shares`
 //! (and a server, in the background) computes the shares of every stage of
 //! the store once, for the default analysis (the whole time, the
-//! conserving attribution), and stores them in one Parquet object named by
+//! conserving attribution), and stores them in one Parquet object under
 //! the telemetry it was computed from ([`Manifest::telemetry_id`],
-//! `paths::stage_shares_file`): a compaction keeps them valid, an ingest or
-//! an expiry names other rows, and the object of the old ones is no longer
-//! looked at (the next computation removes it).
+//! `paths::stage_shares_file`: named by the manifest version it read and
+//! the format, so no object is ever written over by other bytes): a
+//! compaction keeps them valid, an ingest or an expiry names other rows,
+//! and the objects of the old ones are no longer looked at (the next
+//! computation removes them). An analysis over every victim read group by
+//! group does not use them (`Engine::group`).
 //!
 //! A focused analysis ([`Engine::focused`]) looks the holders of its
 //! victims up there, by the stages' spans (row group statistics: only the
@@ -40,7 +43,7 @@ use futures::StreamExt;
 
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::focus::{groups_by_start, of_victims, Focus, GROUP_TASKS};
+use crate::focus::{groups_by_start, of_victims, Focus, Kept, GROUP_TASKS};
 use crate::shares::{Named, NamedShares};
 
 /// The window of the stored shares: the whole time (an analysis without
@@ -83,6 +86,9 @@ pub struct SharesStored {
     pub path: String,
     /// The telemetry it holds for ([`Manifest::telemetry_id`]).
     pub telemetry: String,
+    /// Whether it was computed now (not: an object of this telemetry was
+    /// stored already, or the store has no tasks).
+    pub computed: bool,
     pub stages: usize,
     /// Culprit rows (a stage slowed by nothing has one row of none).
     pub rows: usize,
@@ -94,50 +100,67 @@ pub struct SharesStored {
 /// Stored shares read for one analysis: by (query, stage).
 pub(crate) type Found = HashMap<(String, String), NamedShares>;
 
+/// What an engine found last of the stored objects: the telemetry, its
+/// object (path, bytes) if it has one, and when it looked.
+pub(crate) type Located =
+    std::sync::Mutex<Option<(String, Option<(String, u64)>, std::time::Instant)>>;
+
+/// How long an engine takes "no object stored" for an answer before it
+/// looks again (a listing per analysis would cost an S3 store a request).
+const ABSENT_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Engine {
     /// Computes the slot holders' shares of every stage of the store's
-    /// newest version and stores them (see the module doc; nothing for a
-    /// store without tasks), in groups of
+    /// newest version and stores them (see the module doc), in groups of
     /// queries by start (each read as [`Engine::focused`] reads named
-    /// victims: memory follows a group, not the store); `progress` is
-    /// told the groups done and their number. Refused for a store without
-    /// a complete query index (written before it): nothing could use them.
+    /// victims: memory follows a group, not the store, each admitted in
+    /// the memory budget as a heavy analysis); `progress` is told the
+    /// groups done and their number. Nothing is computed for a store
+    /// without tasks, or whose telemetry has its shares stored already.
+    /// Refused for a store without a complete query index (written before
+    /// it; `culprit compact` rebuilds it): nothing could use them.
     pub async fn store_shares(
         &self,
         progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<SharesStored, Error> {
         let store = self.store();
         let manifest = store.manifest().await?;
+        let telemetry = manifest.telemetry_id();
+        let path = paths::stage_shares_file(&telemetry, manifest.version);
+        let mut stored = SharesStored {
+            path,
+            telemetry,
+            computed: false,
+            stages: 0,
+            rows: 0,
+            bytes: 0,
+            removed: 0,
+        };
+        if manifest.rows_of(culprit_core::Table::Tasks) == 0 {
+            return Ok(stored); // no stage ran: nothing to store
+        }
+        if let Some((path, bytes)) = self.locate_shares(&stored.telemetry).await? {
+            stored.path = path;
+            stored.bytes = bytes;
+            return Ok(stored);
+        }
         let Some(spans) = self.spans(&manifest).await? else {
             return Err(Error::argument(
                 "shares",
-                "the store has no complete query index (it was written before one was kept): \
-                 analyses read it whole and would not use stored shares",
+                "the store has no complete query index (it was written before one was kept; \
+                 culprit compact rebuilds it): analyses read it whole and would not use stored \
+                 shares",
             ));
         };
-        let telemetry = manifest.telemetry_id();
-        let path = paths::stage_shares_file(&telemetry);
-        if manifest.rows_of(culprit_core::Table::Tasks) == 0 {
-            // No stage ran: nothing to store (an empty store).
-            return Ok(SharesStored {
-                path,
-                telemetry,
-                stages: 0,
-                rows: 0,
-                bytes: 0,
-                removed: 0,
-            });
-        }
         let whole = self.whole_tables(&manifest).await?;
         let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), GROUP_TASKS);
         let schema = schema();
         let mut writer = store.derived_writer(
-            &path,
+            &stored.path,
             STAGE_SHARES,
             &schema,
-            vec![(TELEMETRY_KEY.to_string(), telemetry.clone())],
+            vec![(TELEMETRY_KEY.to_string(), stored.telemetry.clone())],
         )?;
-        let (mut stages, mut rows) = (0usize, 0usize);
         progress(0, groups.len());
         for (i, victims) in groups.iter().enumerate() {
             let focus = Focus {
@@ -147,7 +170,8 @@ impl Engine {
                 attribution: ATTRIBUTION,
             };
             // Admitted as a heavy analysis (a server's budget: it waits
-            // for a slot and its memory as one; what it reads is counted).
+            // for a slot and its memory as one; what it reads is counted
+            // until its shares are computed, on a thread that holds it).
             let estimate = group_estimate(&manifest, &spans, victims);
             let mut admitted = self
                 .budget()
@@ -159,49 +183,82 @@ impl Engine {
                     &spans,
                     &whole,
                     &focus,
-                    false,
+                    Kept::NONE,
                     Some(&mut admitted.reservation),
                 )
                 .await?;
             let (ds, victims, schema) = (snapshot.ds.clone(), victims.clone(), schema.clone());
-            let batch = tokio::task::spawn_blocking(move || {
+            let (batch, _) = crate::budget::run_held((snapshot, admitted), move || {
                 let mask = of_victims(&ds, &victims);
                 let shares = stage_shares(&ds, &mask, WINDOW, ATTRIBUTION)?;
                 rows_of(&ds, &shares, schema)
             })
             .await
-            .map_err(|e| Error::Internal(format!("computing the stages' shares: {e}")))??;
-            drop((snapshot, admitted));
-            stages += batch.1;
-            rows += batch.0.num_rows();
-            writer.write(&batch.0).await?;
+            .map_err(|e| Error::Internal(format!("computing the stages' shares: {e}")))?;
+            let (batch, n): (RecordBatch, usize) = batch?;
+            stored.stages += n;
+            stored.rows += batch.num_rows();
+            writer.write(&batch).await?;
             progress(i + 1, groups.len());
         }
-        let bytes = writer.finish().await?;
-        // The shares of other telemetry are of no use any more; a reader
-        // of an older manifest still reading one computes without it.
-        let removed = match store
-            .remove_derived_except(paths::STAGE_SHARES_DIR, &path)
-            .await
-        {
-            Ok(n) => n,
-            Err(e) => {
-                log::warn!("removing older stored shares: {e}");
-                0
+        stored.bytes = writer.finish().await?;
+        stored.computed = true;
+        self.locate(&stored.telemetry, Some((stored.path.clone(), stored.bytes)));
+        // The objects of other telemetry (and older ones of this) are of no
+        // use any more, unless the telemetry changed meanwhile: then this
+        // one is stale and the newer ones are kept. A reader of an older
+        // manifest still reading one computes without it.
+        match store.manifest().await {
+            Ok(now) if now.telemetry_id() == stored.telemetry => {
+                match store
+                    .remove_derived_except(paths::STAGE_SHARES_DIR, &stored.path)
+                    .await
+                {
+                    Ok(n) => stored.removed = n,
+                    Err(e) => log::warn!("removing older stored shares: {e}"),
+                }
             }
-        };
+            Ok(_) => log::info!(
+                "stored shares: the telemetry changed while {} was computed; older objects kept",
+                stored.path
+            ),
+            Err(e) => log::warn!("stored shares: cannot read the manifest: {e}"),
+        }
         log::info!(
-            "stored the shares of {stages} stages ({rows} rows, {bytes} bytes) for the telemetry \
-             {telemetry} in {path}"
+            "stored the shares of {} stages ({} rows, {} bytes) for the telemetry {} in {}",
+            stored.stages,
+            stored.rows,
+            stored.bytes,
+            stored.telemetry,
+            stored.path
         );
-        Ok(SharesStored {
-            path,
-            telemetry,
-            stages,
-            rows,
-            bytes,
-            removed,
-        })
+        Ok(stored)
+    }
+
+    /// The stored object of `telemetry` in this culprit's format (the one
+    /// of the newest version if several), with its size; `None` if none.
+    async fn locate_shares(&self, telemetry: &str) -> Result<Option<(String, u64)>, Error> {
+        if let Some((t, found, when)) = self.located.lock().ok().and_then(|l| l.clone()) {
+            if t == telemetry && (found.is_some() || when.elapsed() < ABSENT_FOR) {
+                return Ok(found);
+            }
+        }
+        let found = self
+            .store()
+            .derived_objects(&paths::stage_shares_dir(telemetry))
+            .await?
+            .into_iter()
+            .rev()
+            .find(|(path, _)| paths::is_stage_shares_file(path));
+        self.locate(telemetry, found.clone());
+        Ok(found)
+    }
+
+    /// Notes what was found of `telemetry`'s stored object.
+    fn locate(&self, telemetry: &str, found: Option<(String, u64)>) {
+        if let Ok(mut l) = self.located.lock() {
+            *l = Some((telemetry.to_string(), found, std::time::Instant::now()));
+        }
     }
 
     /// Stores the slot holders' shares in the background, for a server:
@@ -210,9 +267,12 @@ impl Engine {
     /// file would make them stale at once) and none are stored for it,
     /// [`Engine::store_shares`]. Forever (drop the future to stop; stopped
     /// halfway, nothing is stored). A failure (the budget full, the store
-    /// unreachable) is logged and tried again at the next check.
+    /// unreachable) is logged; the same telemetry is tried again ten
+    /// checks later (at once once it changes).
     pub async fn store_shares_when_quiet(&self, after: std::time::Duration) {
+        const RETRY_AFTER: u32 = 10;
         let mut last: Option<String> = None;
+        let mut failed: Option<(String, u32)> = None;
         loop {
             tokio::time::sleep(after).await;
             let telemetry = match self.store().manifest().await {
@@ -228,11 +288,13 @@ impl Engine {
             if !quiet {
                 continue;
             }
-            match self
-                .store()
-                .derived_size(&paths::stage_shares_file(&telemetry))
-                .await
-            {
+            if let Some((t, checks)) = &mut failed {
+                if *t == telemetry && *checks < RETRY_AFTER {
+                    *checks += 1;
+                    continue;
+                }
+            }
+            match self.locate_shares(&telemetry).await {
                 Ok(Some(_)) => continue,
                 Ok(None) => {}
                 Err(e) => {
@@ -242,37 +304,48 @@ impl Engine {
             }
             let started = std::time::Instant::now();
             match self.store_shares(&mut |_, _| {}).await {
-                Ok(r) => log::info!(
-                    "stored shares: {} stages ({} rows) for the telemetry {} in {:.2} s",
-                    r.stages,
-                    r.rows,
-                    r.telemetry,
-                    started.elapsed().as_secs_f64()
-                ),
-                Err(e) => log::warn!(
-                    "stored shares: not stored for the telemetry {telemetry} ({e}); tried again \
-                     at the next check"
-                ),
+                Ok(r) => {
+                    failed = None;
+                    if r.computed {
+                        log::info!(
+                            "stored shares: {} stages ({} rows) for the telemetry {} in {:.2} s",
+                            r.stages,
+                            r.rows,
+                            r.telemetry,
+                            started.elapsed().as_secs_f64()
+                        )
+                    }
+                }
+                Err(e) => {
+                    log::warn!(
+                        "stored shares: not stored for the telemetry {telemetry} ({e}); tried \
+                         again {RETRY_AFTER} checks later, or once the telemetry changes"
+                    );
+                    failed = Some((telemetry, 0));
+                }
             }
         }
     }
 
-    /// The stored shares of the stages whose span may overlap `span`
-    /// (those of other stages may come too), if shares are stored for the
-    /// telemetry of `manifest`; `None` when none are or they cannot be read
-    /// (logged: the analysis computes them).
+    /// The stored shares of the stages of `wanted` (query, stage) whose
+    /// span overlaps `span`, if shares are stored for the telemetry of
+    /// `manifest`; `None` when none are or they cannot be read (logged:
+    /// the analysis computes them). Every row of such a stage is read: its
+    /// rows all have its span, so every row group holding one overlaps
+    /// `span` too.
     pub(crate) async fn stored_shares(
         &self,
         manifest: &Manifest,
         span: (i64, i64),
         cached: bool,
+        wanted: &std::collections::HashSet<(String, String)>,
     ) -> Option<Found> {
-        let path = paths::stage_shares_file(&manifest.telemetry_id());
-        let bytes = match self.store().derived_size(&path).await {
-            Ok(Some(bytes)) => bytes,
+        let telemetry = manifest.telemetry_id();
+        let (path, bytes) = match self.locate_shares(&telemetry).await {
+            Ok(Some(found)) => found,
             Ok(None) => return None,
             Err(e) => {
-                log::warn!("looking for stored shares at {path}: {e}");
+                log::warn!("looking for stored shares of the telemetry {telemetry}: {e}");
                 return None;
             }
         };
@@ -290,9 +363,11 @@ impl Engine {
         while let Some(b) = rows.next().await {
             if let Err(e) = b
                 .map_err(Error::from)
-                .and_then(|b| add_rows(&mut found, &b))
+                .and_then(|b| add_rows(&mut found, &b, wanted))
             {
                 log::warn!("reading the stored shares {path}: {e}; computing them instead");
+                // Taken as none for a while, then looked for again.
+                self.locate(&telemetry, None);
                 return None;
             }
         }
@@ -329,8 +404,13 @@ fn rows_of(
     let mut culprit_query = StringBuilder::with_capacity(n, n * 8);
     let mut culprit_stage = StringBuilder::with_capacity(n, n * 4);
     let mut share = Float64Builder::with_capacity(n);
+    let mut stages = 0;
     for (s, v) in order {
         let (a, b) = span[*s as usize];
+        if a > b {
+            continue; // no task: never a holder
+        }
+        stages += 1;
         // A stage slowed by nothing: one row of none, so that it is known.
         let entries: Vec<(Option<Culprit>, f64)> = if v.is_empty() {
             vec![(None, 0.0)]
@@ -343,19 +423,20 @@ fn rows_of(
             first.append_value(a);
             last.append_value(b);
             share.append_value(x);
-            match c {
-                Some(Culprit::Stage(cs)) => {
-                    culprit.append_value(STAGE);
+            let (kind, by) = match c {
+                None => (NONE, None),
+                Some(Culprit::Stage(cs)) => (STAGE, Some(cs)),
+                Some(Culprit::Gc) => (GC, None),
+                Some(Culprit::External) => (EXTERNAL, None),
+                Some(Culprit::Unknown) => (UNKNOWN, None),
+            };
+            culprit.append_value(kind);
+            match by {
+                Some(cs) => {
                     culprit_query.append_value(ds.stage_query_name(cs));
                     culprit_stage.append_value(ds.stage_name(cs));
                 }
-                c => {
-                    culprit.append_value(match c {
-                        None => NONE,
-                        Some(Culprit::Gc) => GC,
-                        Some(Culprit::External) => EXTERNAL,
-                        _ => UNKNOWN,
-                    });
+                None => {
                     culprit_query.append_null();
                     culprit_stage.append_null();
                 }
@@ -376,11 +457,17 @@ fn rows_of(
         ],
     )
     .map_err(|e| Error::Internal(format!("the stages' shares: {e}")))?;
-    Ok((batch, shares.len()))
+    Ok((batch, stages))
 }
 
-/// Adds a batch of stored rows to `found`, checking what it holds.
-fn add_rows(found: &mut Found, b: &RecordBatch) -> Result<(), Error> {
+/// Adds the rows of the stages of `wanted` of a batch of stored rows to
+/// `found`, checking what it holds (a damaged or foreign object fails the
+/// lookup, and the analysis computes the shares itself).
+fn add_rows(
+    found: &mut Found,
+    b: &RecordBatch,
+    wanted: &std::collections::HashSet<(String, String)>,
+) -> Result<(), Error> {
     let bad = |what: &str| {
         Error::Internal(format!(
             "the stored shares' column {what} is missing or of another type"
@@ -389,6 +476,11 @@ fn add_rows(found: &mut Found, b: &RecordBatch) -> Result<(), Error> {
     let text = |name: &str| {
         b.column_by_name(name)
             .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| bad(name))
+    };
+    let int = |name: &str| {
+        b.column_by_name(name)
+            .and_then(|c| c.as_primitive_opt::<Int64Type>())
             .ok_or_else(|| bad(name))
     };
     let (query, stage) = (text("query")?, text("stage")?);
@@ -402,33 +494,41 @@ fn add_rows(found: &mut Found, b: &RecordBatch) -> Result<(), Error> {
         .and_then(|c| c.as_primitive_opt::<Float64Type>())
         .ok_or_else(|| bad("share"))?;
     // The spans are only for pruning; checked so that a foreign file fails.
-    b.column_by_name("first")
-        .and_then(|c| c.as_primitive_opt::<Int64Type>())
-        .ok_or_else(|| bad("first"))?;
+    let _ = (int("first")?, int("last")?);
+    let wrong =
+        |i: usize, what: &str| Error::Internal(format!("the stored shares hold {what} at row {i}"));
+    let mut key = (String::new(), String::new());
     for i in 0..b.num_rows() {
         if query.is_null(i) || stage.is_null(i) || culprit.is_null(i) || share.is_null(i) {
-            return Err(Error::Internal(format!(
-                "the stored shares hold a null at row {i}"
-            )));
+            return Err(wrong(i, "a null"));
         }
-        let key = (query.value(i).to_string(), stage.value(i).to_string());
-        let entry = found.entry(key).or_default();
+        key.0.clear();
+        key.0.push_str(query.value(i));
+        key.1.clear();
+        key.1.push_str(stage.value(i));
+        if !wanted.contains(&key) {
+            continue;
+        }
+        let x = share.value(i);
+        if !(0.0..=1.0 + 1e-9).contains(&x) {
+            return Err(wrong(i, &format!("a share of {x}")));
+        }
+        let entry = found.entry(key.clone()).or_default();
         let named = match culprit.value(i) {
             NONE => continue,
-            STAGE if !culprit_query.is_null(i) && !culprit_stage.is_null(i) => Named::Stage(
+            STAGE if culprit_query.is_null(i) || culprit_stage.is_null(i) => {
+                return Err(wrong(i, "a culprit stage without its query or id"))
+            }
+            STAGE => Named::Stage(
                 culprit_query.value(i).to_string(),
                 culprit_stage.value(i).to_string(),
             ),
             GC => Named::Gc,
             EXTERNAL => Named::External,
             UNKNOWN => Named::Unknown,
-            other => {
-                return Err(Error::Internal(format!(
-                    "the stored shares hold an unknown culprit kind {other} at row {i}"
-                )))
-            }
+            other => return Err(wrong(i, &format!("an unknown culprit kind {other}"))),
         };
-        Arc::make_mut(entry).push((named, share.value(i)));
+        Arc::make_mut(entry).push((named, x));
     }
     Ok(())
 }

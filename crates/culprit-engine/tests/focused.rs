@@ -908,63 +908,75 @@ async fn every_victim_by_groups_equals_the_whole_store() {
     let windows = [(None, None), (Some(t0 + third), Some(t1 - third))];
     let variants = common::variants();
     let mut compared = 0;
-    for (from, to) in windows {
-        let window = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));
-        let groups = engine
-            .victim_groups(window, 1_500)
-            .await
-            .unwrap()
-            .expect("a large store with a complete index is explained by groups");
-        assert!(groups.groups.len() >= 3, "{} groups", groups.groups.len());
-        let mut seen = std::collections::BTreeSet::new();
-        for g in &groups.groups {
-            for q in g {
-                assert!(seen.insert(q.clone()), "{q} is in two groups");
-            }
+    // Then with the holders' shares stored (`culprit shares`): a group's
+    // analysis of another window or attribution than theirs must not take
+    // them (it did, and failed).
+    for stored in [false, true] {
+        if stored {
+            let r = Engine::new(store.clone())
+                .store_shares(&mut |_, _| {})
+                .await
+                .unwrap();
+            assert!(r.computed && r.stages > 0, "{r:?}");
         }
-        for opts in &variants {
-            let opts = BlameOptions {
-                from,
-                to,
-                ..opts.clone()
-            };
-            let mut want = Named::new();
-            named(&whole, &opts, &mut want);
-            let mut got = Named::new();
-            let mut victims = 0;
-            let mut outside = 0;
-            for i in 0..groups.groups.len() {
-                let s = engine.group(&groups, i).await.unwrap();
-                let within = BlameOptions {
-                    within: Some(groups.groups[i].clone()),
+        for (from, to) in windows {
+            let window = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));
+            let groups = engine
+                .victim_groups(window, 1_500)
+                .await
+                .unwrap()
+                .expect("a large store with a complete index is explained by groups");
+            assert!(groups.groups.len() >= 3, "{} groups", groups.groups.len());
+            let mut seen = std::collections::BTreeSet::new();
+            for g in &groups.groups {
+                for q in g {
+                    assert!(seen.insert(q.clone()), "{q} is in two groups");
+                }
+            }
+            for opts in &variants {
+                let opts = BlameOptions {
+                    from,
+                    to,
                     ..opts.clone()
                 };
-                victims += s.blame(&within).unwrap().victims.queries.len();
-                // The group's dataset also holds queries around it, which
-                // are not its victims.
-                let everyone = s.blame(&opts).unwrap().victims.queries.len();
-                outside += everyone - groups.groups[i].len().min(everyone);
-                named(&s, &within, &mut got);
-            }
-            let all = whole.blame(&opts).unwrap().victims.queries.len();
-            assert_eq!(victims, all, "{opts:?}: victims explained by groups");
-            assert!(outside > 0, "no group's dataset held other queries");
-            assert_eq!(
-                want.keys().collect::<Vec<_>>(),
-                got.keys().collect::<Vec<_>>(),
-                "{opts:?}"
-            );
-            for (k, a) in &want {
-                assert!(
-                    same(*a, got[k]),
-                    "{opts:?} {k:?}: whole {a}, by groups {}",
-                    got[k]
+                let mut want = Named::new();
+                named(&whole, &opts, &mut want);
+                let mut got = Named::new();
+                let mut victims = 0;
+                let mut outside = 0;
+                for i in 0..groups.groups.len() {
+                    let s = engine.group(&groups, i).await.unwrap();
+                    let within = BlameOptions {
+                        within: Some(groups.groups[i].clone()),
+                        ..opts.clone()
+                    };
+                    victims += s.blame(&within).unwrap().victims.queries.len();
+                    // The group's dataset also holds queries around it, which
+                    // are not its victims.
+                    let everyone = s.blame(&opts).unwrap().victims.queries.len();
+                    outside += everyone - groups.groups[i].len().min(everyone);
+                    named(&s, &within, &mut got);
+                }
+                let all = whole.blame(&opts).unwrap().victims.queries.len();
+                assert_eq!(victims, all, "{opts:?}: victims explained by groups");
+                assert!(outside > 0, "no group's dataset held other queries");
+                assert_eq!(
+                    want.keys().collect::<Vec<_>>(),
+                    got.keys().collect::<Vec<_>>(),
+                    "{opts:?}"
                 );
+                for (k, a) in &want {
+                    assert!(
+                        same(*a, got[k]),
+                        "{opts:?} {k:?}: whole {a}, by groups {}",
+                        got[k]
+                    );
+                }
+                compared += want.len();
             }
-            compared += want.len();
         }
     }
-    assert!(compared > 1000, "only {compared} level-4 rows compared");
+    assert!(compared > 2000, "only {compared} level-4 rows compared");
 }
 
 /// A read for named victims is admitted in the memory budget like an
@@ -1154,6 +1166,7 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
         .await
         .unwrap();
     // Every stage of the input, each with its rows.
+    assert!(stored.computed, "{stored:?}");
     assert_eq!(stored.stages, w.stages.num_rows(), "{stored:?}");
     assert!(
         stored.rows >= stored.stages && stored.bytes > 0,
@@ -1290,12 +1303,20 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
             &format!("victim {v}, expired"),
         );
     }
-    // Stored again: the older object is removed.
+    // Stored again: the older object is removed; asked once more, nothing
+    // is computed or written over.
     let again = Engine::new(store.clone())
         .store_shares(&mut |_, _| {})
         .await
         .unwrap();
+    assert!(again.computed, "{again:?}");
     assert_eq!(again.removed, 1, "{again:?}");
+    let once_more = Engine::new(store.clone())
+        .store_shares(&mut |_, _| {})
+        .await
+        .unwrap();
+    assert!(!once_more.computed, "{once_more:?}");
+    assert_eq!(once_more.path, again.path);
     assert_eq!(
         store.derived_size(&stored.path).await.unwrap(),
         None,
@@ -1345,17 +1366,19 @@ async fn a_server_stores_the_shares_once_the_telemetry_is_quiet() {
                 .await
         }
     });
+    // The objects stored for a telemetry, once there is one.
     let stored = |telemetry: String| {
         let store = store.clone();
         async move {
-            let path = culprit_store::paths::stage_shares_file(&telemetry);
+            let dir = culprit_store::paths::stage_shares_dir(&telemetry);
             for _ in 0..600 {
-                if store.derived_size(&path).await.unwrap().is_some() {
-                    return path;
+                let found = store.derived_objects(&dir).await.unwrap();
+                if !found.is_empty() {
+                    return dir;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
-            panic!("no shares stored at {path} after 30 s");
+            panic!("no shares stored under {dir} after 30 s");
         }
     };
     let first = stored(store.manifest().await.unwrap().telemetry_id()).await;
@@ -1368,12 +1391,14 @@ async fn a_server_stores_the_shares_once_the_telemetry_is_quiet() {
     batch.commit().await.unwrap();
     let second = stored(store.manifest().await.unwrap().telemetry_id()).await;
     assert_ne!(first, second);
+    // The older telemetry's object is removed once the newer is stored.
     for _ in 0..600 {
-        if store.derived_size(&first).await.unwrap().is_none() {
+        if store.derived_objects(&first).await.unwrap().is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(store.derived_size(&first).await.unwrap(), None);
+    assert_eq!(store.derived_objects(&first).await.unwrap(), vec![]);
+    assert_eq!(store.derived_objects(&second).await.unwrap().len(), 1);
     background.abort();
 }

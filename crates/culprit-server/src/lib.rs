@@ -345,23 +345,19 @@ impl Server {
             }
         };
         tokio::pin!(compaction);
-        // The slot holders' shares stored once the telemetry is quiet.
-        let shares = {
-            let (engine, after) = (self.engine.clone(), self.shares_after);
-            async move {
-                match after {
-                    Some(after) => engine.store_shares_when_quiet(after).await,
-                    None => std::future::pending().await,
-                }
-            }
-        };
-        tokio::pin!(shares);
+        // The slot holders' shares stored once the telemetry is quiet, on
+        // a task of its own (its reads would hold up accepting
+        // connections), stopped with the server.
+        let mut shares = JoinSet::new();
+        if let Some(after) = self.shares_after {
+            let engine = self.engine.clone();
+            shares.spawn(async move { engine.store_shares_when_quiet(after).await });
+        }
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = &mut scheduler => {}
                 _ = &mut compaction => {}
-                _ = &mut shares => {}
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);
@@ -395,6 +391,7 @@ impl Server {
             }
         }
         connections.shutdown().await;
+        shares.shutdown().await;
         Ok(())
     }
 }

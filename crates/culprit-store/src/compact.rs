@@ -569,7 +569,7 @@ impl Store {
             return Ok(report);
         }
         let mut batch = self.begin();
-        batch.kind = Some("compact");
+        batch.kind = Some(crate::store::COMPACT);
         let forgets = !old.is_empty();
         if forgets {
             batch.forget_retired(old);

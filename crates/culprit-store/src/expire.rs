@@ -218,7 +218,7 @@ impl Store {
             .filter(|(_, f)| gone.may_touch(f, before))
             .collect();
         let mut batch = self.begin();
-        batch.kind = Some("expire");
+        batch.kind = Some(crate::store::EXPIRE);
         let total = files.len();
         progress(0, total);
         for (n, (table, file)) in files.into_iter().enumerate() {

@@ -5,7 +5,7 @@
 //! ```text
 //! _culprit/manifests/00000000000000000007.json   the catalog, one per commit
 //! tables/<table>/<batch>-<part>.parquet           data, visible once listed
-//! derived/stage_shares/<telemetry>.parquet        the slot holders' shares
+//! derived/stage_shares/<telemetry>/v<version>-f<format>.parquet  the slot holders' shares
 //! ```
 
 use culprit_core::Table;
@@ -55,13 +55,32 @@ pub fn user_data_file(name: &str, batch: &str, part: usize) -> String {
 /// The folder of the stored slot holders' shares.
 pub const STAGE_SHARES_DIR: &str = "derived/stage_shares";
 
-/// `derived/stage_shares/<telemetry>.parquet`: the slot holders' shares of
-/// the telemetry named `telemetry` ([`crate::Manifest::telemetry_id`]).
-/// Derived, not listed in a manifest: named by the rows it was computed
-/// from, it holds for every manifest naming the same rows, and is written
-/// whole or not at all.
-pub fn stage_shares_file(telemetry: &str) -> String {
-    format!("{STAGE_SHARES_DIR}/{telemetry}.parquet")
+/// The format of the stored shares (of the method that computed them): a
+/// culprit whose shares differ stores them under another number, and
+/// older objects are not read.
+pub const STAGE_SHARES_FORMAT: u32 = 1;
+
+/// `derived/stage_shares/<telemetry>/`: the slot holders' shares of the
+/// telemetry named `telemetry` ([`crate::Manifest::telemetry_id`]).
+/// Derived, not listed in a manifest: named by the rows they were computed
+/// from, they hold for every manifest naming the same rows.
+pub fn stage_shares_dir(telemetry: &str) -> String {
+    format!("{STAGE_SHARES_DIR}/{telemetry}/")
+}
+
+/// `derived/stage_shares/<telemetry>/v<version>-f<format>.parquet`: the
+/// object written from manifest `version` (never written over by other
+/// bytes: a computation from the same version writes the same ones).
+pub fn stage_shares_file(telemetry: &str, version: u64) -> String {
+    format!(
+        "{}v{version:020}-f{STAGE_SHARES_FORMAT}.parquet",
+        stage_shares_dir(telemetry)
+    )
+}
+
+/// Whether `relative` is a stored shares object of this culprit's format.
+pub fn is_stage_shares_file(relative: &str) -> bool {
+    relative.ends_with(&format!("-f{STAGE_SHARES_FORMAT}.parquet"))
 }
 
 /// An object path under the root.

@@ -792,6 +792,27 @@ impl Store {
         })
     }
 
+    /// The objects under `dir` (relative to the root), relative to the
+    /// root, with their sizes, sorted by name.
+    pub async fn derived_objects(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        let root = self.root.as_ref();
+        let mut found: Vec<(String, u64)> = self
+            .object_store
+            .list(Some(&self.path(dir)))
+            .map_ok(|m| {
+                let l = m.location.as_ref();
+                let rel = l
+                    .strip_prefix(root)
+                    .map_or(l, |r| r.trim_start_matches('/'));
+                (rel.to_string(), m.size)
+            })
+            .try_collect()
+            .await
+            .map_err(self.os_err())?;
+        found.sort();
+        Ok(found)
+    }
+
     /// Removes the objects under `dir` (relative to the root) but `keep`:
     /// older derived objects. How many were removed.
     pub async fn remove_derived_except(&self, dir: &str, keep: &str) -> Result<usize> {
@@ -1640,6 +1661,11 @@ impl DerivedWriter {
     }
 }
 
+/// [`BatchInfo::kind`] of a compaction's batch: the same rows.
+pub(crate) const COMPACT: &str = "compact";
+/// [`BatchInfo::kind`] of an expiry's batch.
+pub(crate) const EXPIRE: &str = "expire";
+
 /// A batch being written: its files exist but no manifest lists them yet.
 pub struct PendingBatch {
     store: Store,
@@ -2401,13 +2427,20 @@ impl PendingBatch {
     /// ([`Manifest::telemetry`]): an ingest's files of a telemetry table,
     /// an expiry. A compaction rewrites the same rows.
     fn changes_telemetry(&self) -> bool {
+        let telemetry = |table: &str| table.parse::<culprit_core::Table>().is_ok();
         match self.kind {
-            Some("compact") => false,
-            Some("expire") => true,
-            _ => self
-                .files
-                .iter()
-                .any(|f| f.table.parse::<culprit_core::Table>().is_ok()),
+            Some(COMPACT) => false,
+            Some(EXPIRE) => true,
+            _ => {
+                self.files.iter().any(|f| telemetry(&f.table))
+                    || self.user_changes.iter().any(|c| match c {
+                        UserChange::Expire(t, _)
+                        | UserChange::Merged(t, _)
+                        | UserChange::ReplaceRows(t) => telemetry(t),
+                        UserChange::Drop { name, .. } => telemetry(name),
+                        _ => false,
+                    })
+            }
         }
     }
 
@@ -3208,6 +3241,93 @@ pub(crate) mod tests {
         batch.commit().await.unwrap();
         let (version, rows) = newest(&store).await;
         assert_eq!((version, rows), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn a_derived_object_is_read_by_the_row_groups_of_a_time() {
+        // Stored shares' layout: rows by `first`, row groups of 16 Ki rows
+        // with statistics; a read of a time takes only the groups whose
+        // `first`..`last` may overlap it, and every row there.
+        use arrow::array::Int64Array;
+        use arrow::datatypes::{DataType, Field, Schema};
+        let store = Store::open("memory://").unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("first", DataType::Int64, false),
+            Field::new("last", DataType::Int64, false),
+        ]));
+        let n = 40_000i64;
+        let firsts: Vec<i64> = (0..n).map(|i| i * 10).collect();
+        let lasts: Vec<i64> = (0..n).map(|i| i * 10 + 25).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(firsts)),
+                Arc::new(Int64Array::from(lasts)),
+            ],
+        )
+        .unwrap();
+        let rel = paths::stage_shares_file("b1", 3);
+        let mut w = store
+            .derived_writer(
+                &rel,
+                crate::layout::STAGE_SHARES,
+                &schema,
+                vec![("k".into(), "v".into())],
+            )
+            .unwrap();
+        w.write(&batch).await.unwrap();
+        let bytes = w.finish().await.unwrap();
+        assert_eq!(store.derived_size(&rel).await.unwrap(), Some(bytes));
+        let listed = store
+            .derived_objects(&paths::stage_shares_dir("b1"))
+            .await
+            .unwrap();
+        assert_eq!(listed, vec![(rel.clone(), bytes)]);
+        assert!(paths::is_stage_shares_file(&rel));
+        let file = DataFile {
+            table: crate::layout::STAGE_SHARES.into(),
+            path: rel.clone(),
+            rows: 0,
+            bytes,
+            batch: String::new(),
+            bucket: None,
+            window_span: None,
+        };
+        // Rows overlapping [200_000, 200_100]: i from 19_998 to 20_010.
+        let got: Vec<RecordBatch> = store
+            .scan_overlapping(vec![file], None, 200_000, 200_100)
+            .try_collect()
+            .await
+            .unwrap();
+        let rows: Vec<i64> = got
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(rows.len(), 16 << 10, "one row group of three");
+        for i in 19_998..=20_010 {
+            assert!(rows.contains(&(i * 10)), "row {i}");
+        }
+        // Removed but what is kept.
+        let other = paths::stage_shares_file("b2", 4);
+        store
+            .object_store
+            .put(&store.path(&other), PutPayload::from_static(b"x"))
+            .await
+            .unwrap();
+        let removed = store
+            .remove_derived_except(paths::STAGE_SHARES_DIR, &other)
+            .await
+            .unwrap();
+        assert_eq!(removed, 1);
+        assert_eq!(store.derived_size(&rel).await.unwrap(), None);
+        assert_eq!(store.derived_size(&other).await.unwrap(), Some(1));
     }
 
     #[tokio::test]
