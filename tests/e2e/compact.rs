@@ -666,6 +666,11 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
     // Asked again: already stored, nothing written over.
     let again = run_ok(&["shares", "--store", &store]);
     assert!(again.contains("stored already"), "{again}");
+    let listed = opened
+        .derived_objects(culprit_store::paths::STAGE_SHARES_DIR)
+        .await
+        .unwrap();
+    assert_eq!(listed, found, "the same object, not written again");
 
     // A server: stored in the background, the same answers.
     let (live, _) = store_in_pieces(&tmp.path().join("b"));

@@ -50,30 +50,33 @@ pub fn print(
 
 /// The summary line of `culprit shares`.
 pub fn shares_summary(r: &culprit_engine::SharesStored, took: std::time::Duration) -> String {
+    use culprit_engine::SharesOutcome;
     let removed = if r.removed > 0 {
         format!("; {} older removed", r.removed)
     } else {
         String::new()
     };
-    if !r.computed {
-        return if r.bytes == 0 {
-            "the store holds no tasks: no shares to store".to_string()
-        } else {
-            format!(
-                "the slot holders' shares are stored already for the telemetry {}, at {}",
-                r.telemetry, r.path
-            )
-        };
+    let path = r.path.as_deref().unwrap_or("");
+    match r.outcome {
+        SharesOutcome::NoTasks => "the store holds no tasks: no shares to store".to_string(),
+        SharesOutcome::Stored => format!(
+            "the slot holders' shares are stored already for the telemetry {}, at {path}",
+            r.telemetry
+        ),
+        SharesOutcome::Stale => format!(
+            "the telemetry changed while the shares of {} were computed: nothing stored, run \
+             again{removed}",
+            r.telemetry
+        ),
+        SharesOutcome::Computed => format!(
+            "stored the slot holders' shares of {} stages ({} rows, {:.1} MiB) in {:.2} s at {path} (telemetry {}){removed}",
+            r.stages,
+            r.rows,
+            r.bytes as f64 / (1 << 20) as f64,
+            took.as_secs_f64(),
+            r.telemetry
+        ),
     }
-    format!(
-        "stored the slot holders' shares of {} stages ({} rows, {:.1} MiB) in {:.2} s at {} (telemetry {}){removed}",
-        r.stages,
-        r.rows,
-        r.bytes as f64 / (1 << 20) as f64,
-        took.as_secs_f64(),
-        r.path,
-        r.telemetry
-    )
 }
 
 /// The summary line of `culprit compact`.

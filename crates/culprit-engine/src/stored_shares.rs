@@ -24,7 +24,7 @@
 //! without it; the analysis never fails for it.
 //!
 //! The stored numbers are those a focused read of the holder's own query
-//! gives: the same to about 1e-12 relative as a holder swept beside a
+//! gives: the same to about 1e-11 relative as a holder swept beside a
 //! victim (the same terms summed in another order), and, once stored, the
 //! same bits for every analysis of the same telemetry, one process or a
 //! server.
@@ -79,21 +79,33 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// What [`Engine::store_shares`] wrote.
+/// What [`Engine::store_shares`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The store holds no tasks: nothing to store.
+    NoTasks,
+    /// An object of this telemetry was stored already (`path`).
+    Stored,
+    /// Computed and written now (`path`).
+    Computed,
+    /// Computed, but the telemetry changed meanwhile: nothing kept.
+    Stale,
+}
+
+/// What [`Engine::store_shares`] did and wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharesStored {
-    /// The object, relative to the store's root.
-    pub path: String,
+    pub outcome: Outcome,
+    /// The object, relative to the store's root (none for `NoTasks` and
+    /// `Stale`).
+    pub path: Option<String>,
     /// The telemetry it holds for ([`Manifest::telemetry_id`]).
     pub telemetry: String,
-    /// Whether it was computed now (not: an object of this telemetry was
-    /// stored already, or the store has no tasks).
-    pub computed: bool,
     pub stages: usize,
     /// Culprit rows (a stage slowed by nothing has one row of none).
     pub rows: usize,
     pub bytes: u64,
-    /// Older objects removed.
+    /// Objects of other telemetry, and older ones of this, removed.
     pub removed: usize,
 }
 
@@ -101,13 +113,20 @@ pub struct SharesStored {
 pub(crate) type Found = HashMap<(String, String), NamedShares>;
 
 /// What an engine found last of the stored objects: the telemetry, its
-/// object (path, bytes) if it has one, and when it looked.
-pub(crate) type Located =
-    std::sync::Mutex<Option<(String, Option<(String, u64)>, std::time::Instant)>>;
+/// object (path, bytes) if it has one, and when it looked; and the last
+/// object an analysis could not read (the background storing replaces it).
+#[derive(Debug, Default)]
+pub(crate) struct Located {
+    look: std::sync::Mutex<Option<Look>>,
+    damaged: std::sync::Mutex<Option<String>>,
+}
 
-/// How long an engine takes "no object stored" for an answer before it
-/// looks again (a listing per analysis would cost an S3 store a request).
-const ABSENT_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+type Look = (String, Option<(String, u64)>, std::time::Instant);
+
+/// How long an engine's analyses take what it found of the stored objects
+/// for an answer before they look again (a listing per analysis would cost
+/// an S3 store a request). Storing them always looks.
+const LOOKED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Engine {
     /// Computes the slot holders' shares of every stage of the store's
@@ -116,9 +135,11 @@ impl Engine {
     /// victims: memory follows a group, not the store, each admitted in
     /// the memory budget as a heavy analysis); `progress` is told the
     /// groups done and their number. Nothing is computed for a store
-    /// without tasks, or whose telemetry has its shares stored already.
-    /// Refused for a store without a complete query index (written before
-    /// it; `culprit compact` rebuilds it): nothing could use them.
+    /// without tasks, or whose telemetry has a readable object already
+    /// (one that cannot be read is replaced); a computation whose
+    /// telemetry changes stops at the next group. Refused for a store
+    /// without a complete query index (written before it; `culprit
+    /// compact` rebuilds it): nothing could use them.
     pub async fn store_shares(
         &self,
         progress: &mut (dyn FnMut(usize, usize) + Send),
@@ -126,11 +147,10 @@ impl Engine {
         let store = self.store();
         let manifest = store.manifest().await?;
         let telemetry = manifest.telemetry_id();
-        let path = paths::stage_shares_file(&telemetry, manifest.version);
         let mut stored = SharesStored {
-            path,
-            telemetry,
-            computed: false,
+            outcome: Outcome::NoTasks,
+            path: None,
+            telemetry: telemetry.clone(),
             stages: 0,
             rows: 0,
             bytes: 0,
@@ -139,10 +159,20 @@ impl Engine {
         if manifest.rows_of(culprit_core::Table::Tasks) == 0 {
             return Ok(stored); // no stage ran: nothing to store
         }
-        if let Some((path, bytes)) = self.locate_shares(&stored.telemetry).await? {
-            stored.path = path;
-            stored.bytes = bytes;
-            return Ok(stored);
+        let mut damaged = None;
+        if let Some((path, bytes)) = self.find_shares(&telemetry).await? {
+            match self.check_shares(&path, bytes).await {
+                Ok(()) => {
+                    stored.outcome = Outcome::Stored;
+                    stored.path = Some(path);
+                    stored.bytes = bytes;
+                    return Ok(stored);
+                }
+                Err(e) => {
+                    log::warn!("stored shares: {path} cannot be read ({e}): computed again");
+                    damaged = Some(path);
+                }
+            }
         }
         let Some(spans) = self.spans(&manifest).await? else {
             return Err(Error::argument(
@@ -155,14 +185,28 @@ impl Engine {
         let whole = self.whole_tables(&manifest).await?;
         let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), GROUP_TASKS);
         let schema = schema();
+        let written = chrono_micros();
+        let path = paths::stage_shares_file(&telemetry, manifest.version, written);
         let mut writer = store.derived_writer(
-            &stored.path,
+            &path,
             STAGE_SHARES,
             &schema,
-            vec![(TELEMETRY_KEY.to_string(), stored.telemetry.clone())],
+            vec![(TELEMETRY_KEY.to_string(), telemetry.clone())],
         )?;
         progress(0, groups.len());
         for (i, victims) in groups.iter().enumerate() {
+            if i > 0 && store.manifest().await?.telemetry_id() != telemetry {
+                // Stale before it is done: not written (the writer is
+                // dropped, its upload never completed).
+                log::info!(
+                    "stored shares: the telemetry changed while {telemetry}'s were computed; \
+                     stopped after {i} of {} groups",
+                    groups.len()
+                );
+                stored.outcome = Outcome::Stale;
+                stored.removed = self.remove_stale_shares().await;
+                return Ok(stored);
+            }
             let focus = Focus {
                 victims: victims.clone(),
                 holders: false,
@@ -172,7 +216,11 @@ impl Engine {
             // Admitted as a heavy analysis (a server's budget: it waits
             // for a slot and its memory as one; what it reads is counted
             // until its shares are computed, on a thread that holds it).
-            let estimate = group_estimate(&manifest, &spans, victims);
+            let estimate = crate::focus::read_estimate(
+                &manifest,
+                &spans,
+                crate::focus::victims_span(&spans, victims),
+            );
             let mut admitted = self
                 .budget()
                 .admit("storing the slot holders' shares", estimate, true)
@@ -202,47 +250,78 @@ impl Engine {
             progress(i + 1, groups.len());
         }
         stored.bytes = writer.finish().await?;
-        stored.computed = true;
-        self.locate(&stored.telemetry, Some((stored.path.clone(), stored.bytes)));
-        // The objects of other telemetry (and older ones of this) are of no
-        // use any more, unless the telemetry changed meanwhile: then this
-        // one is stale and the newer ones are kept. A reader of an older
-        // manifest still reading one computes without it.
-        match store.manifest().await {
-            Ok(now) if now.telemetry_id() == stored.telemetry => {
-                match store
-                    .remove_derived_except(paths::STAGE_SHARES_DIR, &stored.path)
-                    .await
-                {
-                    Ok(n) => stored.removed = n,
-                    Err(e) => log::warn!("removing older stored shares: {e}"),
-                }
+        stored.outcome = Outcome::Computed;
+        stored.path = Some(path.clone());
+        self.locate(&telemetry, Some((path.clone(), stored.bytes)));
+        if let Some(damaged) = damaged {
+            if let Err(e) = store.remove_derived(&[damaged]).await {
+                log::warn!("stored shares: removing an object that cannot be read: {e}");
             }
-            Ok(_) => log::info!(
-                "stored shares: the telemetry changed while {} was computed; older objects kept",
-                stored.path
-            ),
-            Err(e) => log::warn!("stored shares: cannot read the manifest: {e}"),
         }
+        stored.removed = self.remove_stale_shares().await;
         log::info!(
-            "stored the shares of {} stages ({} rows, {} bytes) for the telemetry {} in {}",
+            "stored shares: {} stages ({} rows, {} bytes) for the telemetry {} at {path}",
             stored.stages,
             stored.rows,
             stored.bytes,
             stored.telemetry,
-            stored.path
         );
         Ok(stored)
     }
 
-    /// The stored object of `telemetry` in this culprit's format (the one
-    /// of the newest version if several), with its size; `None` if none.
-    async fn locate_shares(&self, telemetry: &str) -> Result<Option<(String, u64)>, Error> {
-        if let Some((t, found, when)) = self.located.lock().ok().and_then(|l| l.clone()) {
-            if t == telemetry && (found.is_some() || when.elapsed() < ABSENT_FOR) {
-                return Ok(found);
+    /// Removes the stored objects of every telemetry but the store's
+    /// current one, and the current one's but its newest (the one readers
+    /// take): never the newest, so computations at once (two processes)
+    /// leave one. How many were removed (a failure is logged: they are
+    /// removed by the next).
+    async fn remove_stale_shares(&self) -> usize {
+        let store = self.store();
+        let current = match store.manifest().await {
+            Ok(m) => paths::stage_shares_dir(&m.telemetry_id()),
+            Err(e) => {
+                log::warn!("stored shares: cannot read the manifest: {e}");
+                return 0;
+            }
+        };
+        let objects = match store.derived_objects(paths::STAGE_SHARES_DIR).await {
+            Ok(o) => o,
+            Err(e) => {
+                log::warn!("stored shares: cannot list the stored objects: {e}");
+                return 0;
+            }
+        };
+        let newest = objects
+            .iter()
+            .rev()
+            .find(|(p, _)| p.starts_with(&current) && paths::is_stage_shares_file(p))
+            .map(|(p, _)| p.clone());
+        let gone: Vec<String> = objects
+            .into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| Some(p) != newest.as_ref())
+            .collect();
+        match store.remove_derived(&gone).await {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("stored shares: removing older objects: {e}");
+                0
             }
         }
+    }
+
+    /// Reads a stored object whole, checking what it holds.
+    async fn check_shares(&self, path: &str, bytes: u64) -> Result<(), Error> {
+        let mut rows = self.scan(vec![shares_file(path, bytes)], (i64::MIN, i64::MAX), false);
+        let none = std::collections::HashSet::new();
+        while let Some(b) = rows.next().await {
+            add_rows(&mut Found::new(), &b?, &none)?;
+        }
+        Ok(())
+    }
+
+    /// The newest stored object of `telemetry` in this culprit's format,
+    /// with its size; `None` if none (listed now).
+    async fn find_shares(&self, telemetry: &str) -> Result<Option<(String, u64)>, Error> {
         let found = self
             .store()
             .derived_objects(&paths::stage_shares_dir(telemetry))
@@ -254,11 +333,30 @@ impl Engine {
         Ok(found)
     }
 
+    /// [`Engine::find_shares`] for an analysis: what the engine found
+    /// less than [`LOOKED_FOR`] ago, else listed now.
+    async fn locate_shares(&self, telemetry: &str) -> Result<Option<(String, u64)>, Error> {
+        if let Some((t, found, when)) = self.located.look.lock().ok().and_then(|l| l.clone()) {
+            if t == telemetry && when.elapsed() < LOOKED_FOR {
+                return Ok(found);
+            }
+        }
+        self.find_shares(telemetry).await
+    }
+
     /// Notes what was found of `telemetry`'s stored object.
     fn locate(&self, telemetry: &str, found: Option<(String, u64)>) {
-        if let Ok(mut l) = self.located.lock() {
+        if let Ok(mut l) = self.located.look.lock() {
             *l = Some((telemetry.to_string(), found, std::time::Instant::now()));
         }
+    }
+
+    /// Whether an analysis of this engine could not read `path`.
+    fn damaged(&self, path: &str) -> bool {
+        self.located
+            .damaged
+            .lock()
+            .is_ok_and(|d| d.as_deref() == Some(path))
     }
 
     /// Stores the slot holders' shares in the background, for a server:
@@ -267,8 +365,8 @@ impl Engine {
     /// file would make them stale at once) and none are stored for it,
     /// [`Engine::store_shares`]. Forever (drop the future to stop; stopped
     /// halfway, nothing is stored). A failure (the budget full, the store
-    /// unreachable) is logged; the same telemetry is tried again ten
-    /// checks later (at once once it changes).
+    /// unreachable) is logged; the same telemetry is tried again after ten
+    /// more checks (a new one once it is quiet).
     pub async fn store_shares_when_quiet(&self, after: std::time::Duration) {
         const RETRY_AFTER: u32 = 10;
         let mut last: Option<String> = None;
@@ -294,28 +392,18 @@ impl Engine {
                     continue;
                 }
             }
-            match self.locate_shares(&telemetry).await {
-                Ok(Some(_)) => continue,
-                Ok(None) => {}
+            // Listed now (another process may have stored or removed
+            // them); one an analysis could not read is replaced.
+            match self.find_shares(&telemetry).await {
+                Ok(Some((path, _))) if !self.damaged(&path) => continue,
+                Ok(_) => {}
                 Err(e) => {
                     log::warn!("stored shares: {e}");
                     continue;
                 }
             }
-            let started = std::time::Instant::now();
             match self.store_shares(&mut |_, _| {}).await {
-                Ok(r) => {
-                    failed = None;
-                    if r.computed {
-                        log::info!(
-                            "stored shares: {} stages ({} rows) for the telemetry {} in {:.2} s",
-                            r.stages,
-                            r.rows,
-                            r.telemetry,
-                            started.elapsed().as_secs_f64()
-                        )
-                    }
-                }
+                Ok(_) => failed = None,
                 Err(e) => {
                     log::warn!(
                         "stored shares: not stored for the telemetry {telemetry} ({e}); tried \
@@ -349,25 +437,20 @@ impl Engine {
                 return None;
             }
         };
-        let file = DataFile {
-            table: STAGE_SHARES.to_string(),
-            path: path.clone(),
-            rows: 0,
-            bytes,
-            batch: String::new(),
-            bucket: None,
-            window_span: None,
-        };
         let mut found = Found::new();
-        let mut rows = self.scan(vec![file], span, cached);
+        let mut rows = self.scan(vec![shares_file(&path, bytes)], span, cached);
         while let Some(b) = rows.next().await {
             if let Err(e) = b
                 .map_err(Error::from)
                 .and_then(|b| add_rows(&mut found, &b, wanted))
             {
                 log::warn!("reading the stored shares {path}: {e}; computing them instead");
-                // Taken as none for a while, then looked for again.
+                // Taken as none for a while, then looked for again; the
+                // background storing replaces it.
                 self.locate(&telemetry, None);
+                if let Ok(mut d) = self.located.damaged.lock() {
+                    *d = Some(path.clone());
+                }
                 return None;
             }
         }
@@ -375,10 +458,24 @@ impl Engine {
     }
 }
 
-/// The memory of a group's read and analysis, estimated from the query
-/// index as a read for named victims is.
-fn group_estimate(manifest: &Manifest, spans: &crate::focus::Spans, victims: &[String]) -> usize {
-    crate::focus::read_estimate(manifest, spans, crate::focus::victims_span(spans, victims))
+/// A stored object as the store reads a file (a time table's layout).
+fn shares_file(path: &str, bytes: u64) -> DataFile {
+    DataFile {
+        table: STAGE_SHARES.to_string(),
+        path: path.to_string(),
+        rows: 0,
+        bytes,
+        batch: String::new(),
+        bucket: None,
+        window_span: None,
+    }
+}
+
+/// Now, in µs since the epoch (an object's name, `paths::stage_shares_file`).
+fn chrono_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The rows of `shares` (stages of `ds`) and how many stages.

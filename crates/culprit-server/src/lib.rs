@@ -358,6 +358,10 @@ impl Server {
                 _ = &mut shutdown => break,
                 _ = &mut scheduler => {}
                 _ = &mut compaction => {}
+                Some(done) = shares.join_next(), if !shares.is_empty() => {
+                    // It runs forever: only a panic (a bug) ends it.
+                    log::error!("the background storing of shares stopped: {done:?}");
+                }
                 accepted = self.listener.accept() => match accepted {
                     Ok((socket, peer)) => {
                         let _ = socket.set_nodelay(true);

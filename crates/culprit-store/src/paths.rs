@@ -5,7 +5,7 @@
 //! ```text
 //! _culprit/manifests/00000000000000000007.json   the catalog, one per commit
 //! tables/<table>/<batch>-<part>.parquet           data, visible once listed
-//! derived/stage_shares/<telemetry>/v<version>-f<format>.parquet  the slot holders' shares
+//! derived/stage_shares/<telemetry>/v<version>-<written>-f<format>.parquet  the slot holders' shares
 //! ```
 
 use culprit_core::Table;
@@ -68,12 +68,14 @@ pub fn stage_shares_dir(telemetry: &str) -> String {
     format!("{STAGE_SHARES_DIR}/{telemetry}/")
 }
 
-/// `derived/stage_shares/<telemetry>/v<version>-f<format>.parquet`: the
-/// object written from manifest `version` (never written over by other
-/// bytes: a computation from the same version writes the same ones).
-pub fn stage_shares_file(telemetry: &str, version: u64) -> String {
+/// `derived/stage_shares/<telemetry>/v<version>-<written>-f<format>.parquet`:
+/// an object computed from manifest `version`, written at `written` (µs
+/// since the epoch): a new name for every object, so none is ever written
+/// over (a server's read cache keys row groups by path), and the newest of
+/// a telemetry sorts last.
+pub fn stage_shares_file(telemetry: &str, version: u64, written: i64) -> String {
     format!(
-        "{}v{version:020}-f{STAGE_SHARES_FORMAT}.parquet",
+        "{}v{version:020}-{written:020}-f{STAGE_SHARES_FORMAT}.parquet",
         stage_shares_dir(telemetry)
     )
 }

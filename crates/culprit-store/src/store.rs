@@ -813,25 +813,19 @@ impl Store {
         Ok(found)
     }
 
-    /// Removes the objects under `dir` (relative to the root) but `keep`:
-    /// older derived objects. How many were removed.
-    pub async fn remove_derived_except(&self, dir: &str, keep: &str) -> Result<usize> {
-        let keep = self.path(keep);
-        let old: Vec<Path> = self
-            .object_store
-            .list(Some(&self.path(dir)))
-            .map_ok(|m| m.location)
-            .try_filter(|l| futures::future::ready(*l != keep))
-            .try_collect()
-            .await
-            .map_err(self.os_err())?;
-        for l in &old {
-            match self.object_store.delete(l).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+    /// Removes the derived objects `gone` (relative to the root); how many
+    /// it removed (one already gone may count: not every object store
+    /// says so).
+    pub async fn remove_derived(&self, gone: &[String]) -> Result<usize> {
+        let mut removed = 0;
+        for g in gone {
+            match self.object_store.delete(&self.path(g)).await {
+                Ok(()) => removed += 1,
+                Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(self.os_err()(e)),
             }
         }
-        Ok(old.len())
+        Ok(removed)
     }
 
     /// The bytes of one data file.
@@ -2469,6 +2463,10 @@ impl PendingBatch {
             );
             if self.changes_telemetry() {
                 manifest.telemetry = Some(self.id.clone());
+            } else if manifest.telemetry.is_none() {
+                // A store written before the id was recorded: its rows
+                // keep the name of the version they were last read at.
+                manifest.telemetry = Some(newest.telemetry_id());
             }
             manifest.batches.push(BatchInfo {
                 id: self.id.clone(),
@@ -3266,7 +3264,7 @@ pub(crate) mod tests {
             ],
         )
         .unwrap();
-        let rel = paths::stage_shares_file("b1", 3);
+        let rel = paths::stage_shares_file("b1", 3, 7);
         let mut w = store
             .derived_writer(
                 &rel,
@@ -3314,15 +3312,16 @@ pub(crate) mod tests {
         for i in 19_998..=20_010 {
             assert!(rows.contains(&(i * 10)), "row {i}");
         }
-        // Removed but what is kept.
-        let other = paths::stage_shares_file("b2", 4);
+        // Names sort by version, then by when written.
+        let other = paths::stage_shares_file("b1", 3, 8);
+        assert!(other > rel && paths::stage_shares_file("b1", 4, 1) > other);
         store
             .object_store
             .put(&store.path(&other), PutPayload::from_static(b"x"))
             .await
             .unwrap();
         let removed = store
-            .remove_derived_except(paths::STAGE_SHARES_DIR, &other)
+            .remove_derived(std::slice::from_ref(&rel))
             .await
             .unwrap();
         assert_eq!(removed, 1);
@@ -3345,6 +3344,8 @@ pub(crate) mod tests {
             .unwrap();
         let first = batch.id().to_string();
         batch.commit().await.unwrap();
+        let m = store.manifest().await.unwrap();
+        assert_eq!(m.telemetry_id(), first, "an ingest sets it");
         commit_host_rows(&store, 3).await;
         commit_host_rows(&store, 4).await;
         let m = store.manifest().await.unwrap();
@@ -3378,9 +3379,24 @@ pub(crate) mod tests {
             "nor do a user table and an empty batch"
         );
 
-        // Tasks end by 10 * 39 + 50 + 10: all of them before 1000.
+        // A statement's batch dropping files of a telemetry table changes
+        // it too.
+        let m = store.manifest().await.unwrap();
+        let mut b = store.begin();
+        let file = m
+            .files
+            .iter()
+            .find(|f| f.table.parse::<Table>().is_ok())
+            .expect("a telemetry file stays")
+            .clone();
+        b.expire_files(&file.table, vec![file.path]);
+        let id = b.id().to_string();
+        b.commit().await.unwrap();
+        assert_eq!(store.manifest().await.unwrap().telemetry_id(), id);
+
+        // Host rows end before 1000 (the tasks' file went just above).
         let expired = store.expire(1_000, |_, _| {}).await.unwrap();
-        assert!(expired.queries > 0, "{expired:?}");
+        assert!(expired.version.is_some(), "{expired:?}");
         let m = store.manifest().await.unwrap();
         assert_eq!(m.batches.last().unwrap().kind.as_deref(), Some("expire"));
         assert_eq!(
@@ -3389,12 +3405,23 @@ pub(crate) mod tests {
             "an expiry changes it"
         );
 
-        // A manifest written before it was recorded: its version names it.
-        let old: Manifest = serde_json::from_str(
-            r#"{"format":1,"version":7,"files":[],"sources":[],"batches":[]}"#,
-        )
-        .unwrap();
+        // A manifest written before it was recorded: its version names it,
+        // and a commit that changes no row keeps that name.
+        let old_store = Store::open("memory://").unwrap();
+        let body = r#"{"format":1,"version":7,"files":[],"sources":[],"batches":[]}"#;
+        let old: Manifest = serde_json::from_str(body).unwrap();
         assert_eq!(old.telemetry_id(), "version-7");
+        old_store
+            .object_store
+            .put(
+                &paths::manifest(&old_store.root, 7),
+                PutPayload::from_static(body.as_bytes()),
+            )
+            .await
+            .unwrap();
+        old_store.begin().commit().await.unwrap();
+        let m = old_store.manifest().await.unwrap();
+        assert_eq!((m.version, m.telemetry_id().as_str()), (8, "version-7"));
     }
 
     #[tokio::test]
