@@ -9,8 +9,8 @@
 //! the store once, for the default analysis (the whole time, the
 //! conserving attribution), and stores them in one Parquet object under
 //! the telemetry it was computed from ([`Manifest::telemetry_id`],
-//! `paths::stage_shares_file`: named by the manifest version it read and
-//! the format, so no object is ever written over by other bytes): a
+//! `paths::stage_shares_file`: named by the manifest version it read, when
+//! it was written and the format, so no object is ever written over): a
 //! compaction keeps them valid, an ingest or an expiry names other rows,
 //! and the objects of the old ones are no longer looked at (the next
 //! computation removes them). An analysis over every victim read group by
@@ -18,8 +18,9 @@
 //!
 //! A focused analysis ([`Engine::focused`]) looks the holders of its
 //! victims up there, by the stages' spans (row group statistics: only the
-//! stages of the victims' time are decoded), and neither reads nor sweeps
-//! those holders' neighbourhoods. A holder missing from it, or an object
+//! row groups that may overlap the victims' time are decoded, only the
+//! holders' rows kept), and neither reads nor sweeps those holders'
+//! neighbourhoods. A holder missing from it, or an object
 //! that cannot be read (damaged, removed meanwhile), is computed as
 //! without it; the analysis never fails for it.
 //!
