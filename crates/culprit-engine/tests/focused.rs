@@ -1261,18 +1261,7 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
         .unwrap();
     let bad = good.slice(..good.len() - 64);
     object_store.put(&path, bad.into()).await.unwrap();
-    for (v, (n, _, got)) in victims.iter().zip(analyse(store.clone(), &victims).await) {
-        let opts = BlameOptions {
-            victims: Some(vec![v.clone()]),
-            ..Default::default()
-        };
-        assert_eq!(n, 0, "victim {v}: no shares taken from a damaged object");
-        assert_same(
-            &culprits(&full, &opts),
-            &got,
-            &format!("victim {v}, damaged"),
-        );
-    }
+    computed_without_them(&store, &full, &victims, "a damaged object").await;
     let replaced = Engine::new(store.clone())
         .store_shares(&mut |_, _| {})
         .await
@@ -1315,18 +1304,7 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
         .filter(|v| full.query(v).is_ok())
         .collect();
     assert!(victims.len() >= 3, "{victims:?}");
-    for (v, (n, _, got)) in victims.iter().zip(analyse(store.clone(), &victims).await) {
-        let opts = BlameOptions {
-            victims: Some(vec![v.clone()]),
-            ..Default::default()
-        };
-        assert_eq!(n, 0, "victim {v}: shares of other rows are not used");
-        assert_same(
-            &culprits(&full, &opts),
-            &got,
-            &format!("victim {v}, expired"),
-        );
-    }
+    computed_without_them(&store, &full, &victims, "expired: shares of other rows").await;
     // Stored again: the older object is removed; asked once more, nothing
     // is computed or written over.
     let again = Engine::new(store.clone())
@@ -1346,6 +1324,19 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
         None,
         "the older shares are gone"
     );
+}
+
+/// Every victim's analysis through a one-process engine takes no shares
+/// from the store (`why` not) and gives the numbers of `full`.
+async fn computed_without_them(store: &Store, full: &Snapshot, victims: &[String], why: &str) {
+    for (v, (n, _, got)) in victims.iter().zip(analyse(store.clone(), victims).await) {
+        let opts = BlameOptions {
+            victims: Some(vec![v.clone()]),
+            ..Default::default()
+        };
+        assert_eq!(n, 0, "victim {v}: no shares taken from the store ({why})");
+        assert_same(&culprits(full, &opts), &got, &format!("victim {v}, {why}"));
+    }
 }
 
 /// Per victim of the default analysis through a one-process engine: the
