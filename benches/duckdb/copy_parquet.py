@@ -1,8 +1,9 @@
 """Copies the Parquet files of a `culprit generate` folder with DuckDB and
 prints the time and the peak memory: the baseline of `culprit ingest`'s
 speed (docs/performance.md, "Ingest streams"). A plain copy, table by
-table, into zstd Parquet files (culprit writes zstd too; CODEC=snappy
-chooses another codec), on every core.
+table, into zstd Parquet files (CODEC=snappy chooses Snappy, which culprit
+writes for the time tables, nearly all the bytes, and zstd for the others;
+compare with both), on every core.
 
     pip install duckdb
     culprit generate --out /tmp/g1e6 --tasks 1000000 --hosts 500

@@ -505,6 +505,10 @@ enum Command {
         /// compaction removes it.
         #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
         grace_secs: u64,
+        /// Rewrite every file of the telemetry tables, whatever its size: files written
+        /// by an older version take the current layout (docs/storage.md).
+        #[arg(long)]
+        rewrite: bool,
     },
     /// Compute the slot holders' shares of every stage (transitive slot blame,
     /// method section 5b) for the default analysis and store them with the data:
@@ -887,11 +891,13 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             store,
             small_mb,
             grace_secs,
+            rewrite,
         } => {
             let store = Store::open(&store.store)?;
             let opts = culprit_store::CompactOptions {
                 small_bytes: small_mb << 20,
                 grace: std::time::Duration::from_secs(grace_secs),
+                rewrite,
                 ..Default::default()
             };
             let started = std::time::Instant::now();

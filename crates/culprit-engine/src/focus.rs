@@ -670,6 +670,8 @@ impl Engine {
             }));
         }
         let mut read = 0usize;
+        let tasks_read = started.elapsed();
+        let mut windows_read = tasks_read;
         if let Some((from, to)) = region {
             // Window rows: decoded by the store's tasks, checked, matched
             // to their tasks and cut to those beside an explained task on
@@ -716,6 +718,7 @@ impl Engine {
                     }
                 }
             }
+            windows_read = started.elapsed();
             let files = manifest.files_of(Table::HostWindows).cloned().collect();
             let mut rows = self.scan(files, (from, to), cached);
             while let Some(b) = rows.try_next().await? {
@@ -729,6 +732,7 @@ impl Engine {
                 count(&mut held, &ds);
             }
         }
+        let hosts_read = started.elapsed();
         if let Some(region) = region {
             self.windowed_elsewhere(&manifest, &mut ds, &needs, region, cached)
                 .await?;
@@ -738,14 +742,19 @@ impl Engine {
         let named = named(victims);
         log::info!(
             "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows of {} in \
-             its time, {} slot holder stages to sweep, {} kept from earlier analyses)",
+             its time, {} slot holder stages to sweep, {} kept from earlier analyses; tasks \
+             {:.1} ms, window rows {:.1} ms, host rows {:.1} ms, the rest {:.1} ms)",
             manifest.version,
             started.elapsed().as_secs_f64(),
             ds.tasks.len(),
             kept,
             read,
             holders.len(),
-            ds.shares.as_ref().map_or(0, |s| s.known.len())
+            ds.shares.as_ref().map_or(0, |s| s.known.len()),
+            ms(tasks_read),
+            ms(windows_read - tasks_read),
+            ms(hosts_read - windows_read),
+            ms(started.elapsed() - hosts_read),
         );
         let swept = holders.iter().any(|&s| !victim[s as usize]);
         let snapshot = Snapshot {
@@ -1214,6 +1223,10 @@ pub(crate) fn of_victims(ds: &Dataset, victims: &[String]) -> Vec<bool> {
 
 /// `spans` sorted and merged where they overlap: disjoint, in order of
 /// both their starts and their ends.
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 fn merged(spans: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
     spans.sort_unstable();
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(spans.len());

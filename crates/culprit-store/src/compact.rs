@@ -49,6 +49,11 @@ pub struct CompactOptions {
     /// Where each group's merge takes its memory from (a server's
     /// budget); `None`: nowhere, as `culprit compact` runs alone.
     pub memory: Option<MemoryGate>,
+    /// Rewrite every file of the telemetry tables, whatever its size,
+    /// even alone in its table or bucket: files written by an older
+    /// version then take the current layout (`culprit compact --rewrite`,
+    /// docs/storage.md).
+    pub rewrite: bool,
 }
 
 impl Default for CompactOptions {
@@ -59,6 +64,7 @@ impl Default for CompactOptions {
             grace: Duration::from_secs(600),
             slice_rows: SLICE_ROWS,
             memory: None,
+            rewrite: false,
         }
     }
 }
@@ -192,9 +198,12 @@ impl CompactReport {
 /// Whether a file is merged: smaller than `small_bytes`, and of fewer than
 /// [`crate::layout::rows_per_file`] rows (a merge writes files of that
 /// many, often under `small_bytes`: merging them again would gain nothing,
-/// each time; the larger files of older versions are left too).
+/// each time; the larger files of older versions are left too). Every
+/// file when rewriting.
 pub(crate) fn is_small(file: &DataFile, opts: &CompactOptions) -> bool {
-    file.bytes < opts.small_bytes && file.rows < crate::layout::rows_per_file(&file.table) as u64
+    opts.rewrite
+        || (file.bytes < opts.small_bytes
+            && file.rows < crate::layout::rows_per_file(&file.table) as u64)
 }
 
 /// The groups of small files to merge: per table, and per host bucket for
@@ -209,8 +218,14 @@ fn groups(files: &[DataFile], opts: &CompactOptions) -> Vec<(Table, Option<u32>,
         {
             by_bucket.entry(f.bucket).or_default().push(f.clone());
         }
+        // A file alone is rewritten only when asked to.
+        let least = if opts.rewrite {
+            1
+        } else {
+            opts.min_files.max(2)
+        };
         for (bucket, files) in by_bucket {
-            if files.len() >= opts.min_files.max(2) {
+            if files.len() >= least {
                 out.push((table, bucket, files));
             }
         }
@@ -992,6 +1007,67 @@ mod tests {
         };
         let report = store2.compact(&opts, |_, _| {}).await.unwrap();
         assert_eq!((report.time_ordered, report.file_order), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_rewrite_gives_a_file_of_an_older_layout_the_current_one() {
+        // A file written by an older version (here: one row group of
+        // 10,000 rows, uncompressed), alone in its table: a compaction
+        // leaves it; a rewrite writes its rows again, in groups of 4 Ki
+        // rows compressed with Snappy: the same rows, by their start.
+        use parquet::file::reader::FileReader;
+        let store = Store::open("memory://").unwrap();
+        let t0 = 1_700_000_000_000_000i64;
+        let rows = host_rows(&["h1", "h2"], t0, 5_000);
+        ingest(&store, rows.clone()).await;
+        let before = store.manifest().await.unwrap();
+        let old: Vec<DataFile> = before.files_named("host_windows").cloned().collect();
+        assert_eq!(old.len(), 1);
+        replace_rows(&store, &old[0], std::slice::from_ref(&rows)).await;
+        let layout = |bytes: bytes::Bytes| {
+            let r = parquet::file::reader::SerializedFileReader::new(bytes).unwrap();
+            let m = r.metadata();
+            let groups: Vec<i64> = m.row_groups().iter().map(|g| g.num_rows()).collect();
+            (groups, m.row_group(0).column(0).compression())
+        };
+        let stored = |f: &DataFile| {
+            let (store, f) = (store.clone(), f.clone());
+            async move { store.fetch(&f).await.unwrap() }
+        };
+        assert_eq!(
+            layout(stored(&old[0]).await),
+            (vec![10_000], parquet::basic::Compression::UNCOMPRESSED)
+        );
+        let report = store
+            .compact(&CompactOptions::default(), |_, _| {})
+            .await
+            .unwrap();
+        assert_eq!(report.files_merged(), 0);
+        let opts = CompactOptions {
+            rewrite: true,
+            ..Default::default()
+        };
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!(report.files_merged(), 1);
+        let after = store.manifest().await.unwrap();
+        let new: Vec<DataFile> = after.files_named("host_windows").cloned().collect();
+        assert_eq!(new.len(), 1);
+        assert_ne!(new[0].path, old[0].path);
+        assert_eq!(
+            layout(stored(&new[0]).await),
+            (vec![4096, 4096, 1808], parquet::basic::Compression::SNAPPY)
+        );
+        let read: Vec<RecordBatch> = store
+            .scan_files(new.clone(), None)
+            .try_collect()
+            .await
+            .unwrap();
+        let got = rows_of(&read);
+        assert!(got.windows(2).all(|w| w[0].1 <= w[1].1), "by start");
+        let (mut got, mut want) = (got, rows_of(&[rows]));
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
     }
 
     #[tokio::test]

@@ -118,6 +118,14 @@ pub fn rows_per_file(table: &str) -> usize {
 /// Rows per Parquet row group: small for the time tables, so that a time
 /// range reads little more than its rows; large for the others.
 ///
+/// 4 Ki rows for tasks and window rows: in groups of 16 Ki (each over
+/// about 110 s of a bucket's rows at 1e6 tasks on 500 hosts), a victim of
+/// 41 s decoded 22 groups of window rows, 360,000 rows for the 108,000 of
+/// its time; in groups of 4 Ki about 160,000, and a warm server answered a
+/// far victim in 70-75 ms instead of 92-95 (58-63 ms with Snappy too,
+/// `store.rs`'s `writer_properties`; docs/performance.md). A footer then
+/// describes 256 groups of a file of [`rows_per_file`] rows.
+///
 /// Smaller still for `host_windows`: host metrics often come host by host
 /// (one series or one host's file at a time; `culprit generate` writes
 /// them in long stretches per host too), so a file of them (one part of
@@ -130,7 +138,7 @@ pub fn rows_per_file(table: &str) -> usize {
 /// window rows 458,752 in both (docs/performance.md).
 pub fn rows_per_group(table: &str) -> usize {
     match table {
-        "host_windows" => 4 << 10,
+        "host_windows" | "task_windows" | "tasks" => 4 << 10,
         _ if time_columns(table).is_some() => 16 << 10,
         _ => 256 << 10,
     }

@@ -1263,8 +1263,9 @@ fn order_by_key(keys: &[i64]) -> Vec<usize> {
 const RADIX_BITS: u32 = 11;
 
 /// Gathers `rows` of `batches` into Parquet files of `table`, in that
-/// order, of at most [`crate::layout::rows_per_file`] rows, in the store's format (zstd
-/// level 1, the table's row group size). CPU work: call it on the blocking
+/// order, of at most [`crate::layout::rows_per_file`] rows, in the store's format
+/// ([`writer_properties`]: Snappy for the time tables, zstd level 1 for the
+/// others; the table's row group size). CPU work: call it on the blocking
 /// pool.
 fn encode_files(
     table: Table,
@@ -1324,6 +1325,13 @@ fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterPro
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level")))
         .set_max_row_group_row_count(Some(crate::layout::rows_per_group(name)));
     if crate::layout::time_columns(name).is_some() {
+        // Snappy, not zstd: a read decodes the row groups of a time, and
+        // zstd made a context (two, compressing and decompressing) for
+        // every column chunk read, a tenth of a warm server's time for a
+        // far victim, and decoded slower. Files are about a quarter larger
+        // (1e6 tasks: 358 MiB against 291 MiB); ingest and compaction
+        // compress faster (docs/performance.md).
+        props = props.set_compression(Compression::SNAPPY);
         // A time table's row group is small (`rows_per_group`): one page a
         // column unless its values pass 1 MiB, so page statistics (a column
         // index) would repeat the chunk's, and building them cost the
@@ -2680,7 +2688,7 @@ pub(crate) mod tests {
             assert!(chunks.values().all(|(_, s, _)| *s), "{t:?}: {chunks:?}");
         }
         // No page statistics (a column index) for the time tables: their
-        // row group (16,384 rows, 4,096 of host rows) is one page a column, whose statistics
+        // row group (4,096 rows) is one page a column, whose statistics
         // would repeat the chunk's. The other tables keep them.
         for t in [Table::Tasks, Table::TaskWindows, Table::HostWindows] {
             let chunks = chunks(t);
@@ -2688,6 +2696,46 @@ pub(crate) mod tests {
         }
         let stages = chunks(Table::Stages);
         assert!(stages.values().all(|(_, s, i)| *s && *i), "{stages:?}");
+    }
+
+    #[test]
+    fn time_tables_are_written_in_snappy_the_others_in_zstd() {
+        // A victim's read decodes the time tables' row groups of its time:
+        // Snappy's decoder needs no context per column chunk (zstd's took a
+        // tenth of a warm server's time for a far victim) and decodes
+        // faster, for files about a quarter larger (docs/storage.md).
+        use parquet::basic::Compression;
+        let codecs = |table: Table| -> Vec<Compression> {
+            use parquet::file::reader::FileReader;
+            let rows: Rows = (0..10).map(|r| (0, r)).collect();
+            let batch = match table {
+                Table::Tasks => task_rows(0, 10),
+                Table::HostWindows => host_rows(10),
+                _ => RecordBatch::new_empty(table.schema()),
+            };
+            let files = encode_files(table, &[batch], &rows).unwrap();
+            let reader =
+                parquet::file::reader::SerializedFileReader::new(files[0].bytes.clone()).unwrap();
+            let group = reader.metadata().row_group(0);
+            group.columns().iter().map(|c| c.compression()).collect()
+        };
+        for t in [Table::Tasks, Table::HostWindows] {
+            let got = codecs(t);
+            assert!(
+                got.iter().all(|c| *c == Compression::SNAPPY),
+                "{t:?}: {got:?}"
+            );
+        }
+        let props = writer_properties("task_windows", &Table::TaskWindows.schema());
+        let path = parquet::schema::types::ColumnPath::from("task_id");
+        assert_eq!(props.compression(&path), Compression::SNAPPY);
+        for name in ["stages", "queries", "executors", "my_teams"] {
+            let props = writer_properties(name, &Table::Stages.schema());
+            assert!(
+                matches!(props.compression(&path), Compression::ZSTD(_)),
+                "{name}"
+            );
+        }
     }
 
     #[test]
@@ -3006,6 +3054,36 @@ pub(crate) mod tests {
         // 20,010 overlaps 11 rows, in one row group of 4,096.
         let decoded: usize = store
             .scan_overlapping(files, None, 20_000, 20_010)
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(decoded, 4096);
+    }
+
+    #[tokio::test]
+    async fn a_short_time_of_tasks_reads_one_small_row_group() {
+        // Tasks in one file over a long time: a read of a short time
+        // decodes the one row group of 4,096 rows that holds it (16,384
+        // before; a far victim decoded three times the window rows of its
+        // time, docs/performance.md).
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        batch
+            .write(Table::Tasks, &[task_rows(0, 40_000)])
+            .await
+            .unwrap();
+        batch.commit().await.unwrap();
+        let m = store.manifest().await.unwrap();
+        let files: Vec<DataFile> = m.files_of(Table::Tasks).cloned().collect();
+        assert_eq!(files.len(), 1);
+        // Task `i` runs from `10 i` (or `10 i + 5`) to about `10 i + 55`:
+        // µs 200,000 to 200,010 overlap tasks 19,995 to 20,001, rows of
+        // the group of rows 16,384 to 20,479.
+        let decoded: usize = store
+            .scan_overlapping(files, None, 200_000, 200_010)
             .try_collect::<Vec<_>>()
             .await
             .unwrap()
