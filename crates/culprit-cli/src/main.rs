@@ -505,8 +505,9 @@ enum Command {
         /// compaction removes it.
         #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
         grace_secs: u64,
-        /// Rewrite every file of the telemetry tables, whatever its size: files written
-        /// by an older version take the current layout (docs/storage.md).
+        /// Rewrite every file of the time tables (tasks, task_windows, host_windows),
+        /// whatever its size: files written by an older version take the current
+        /// layout (docs/storage.md).
         #[arg(long)]
         rewrite: bool,
     },

@@ -742,8 +742,8 @@ impl Engine {
         let named = named(victims);
         log::info!(
             "store version {}: read for {named} in {:.3} s ({} tasks, {} window rows of {} in \
-             its time, {} slot holder stages to sweep, {} kept from earlier analyses; tasks \
-             {:.1} ms, window rows {:.1} ms, host rows {:.1} ms, the rest {:.1} ms)",
+             its time, {} slot holder stages to sweep, {} kept from earlier analyses; tasks and \
+             holders {:.1} ms, window rows {:.1} ms, host rows {:.1} ms, the rest {:.1} ms)",
             manifest.version,
             started.elapsed().as_secs_f64(),
             ds.tasks.len(),
@@ -1221,12 +1221,13 @@ pub(crate) fn of_victims(ds: &Dataset, victims: &[String]) -> Vec<bool> {
         .collect()
 }
 
-/// `spans` sorted and merged where they overlap: disjoint, in order of
-/// both their starts and their ends.
+/// A duration in milliseconds, for the read's log line.
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// `spans` sorted and merged where they overlap: disjoint, in order of
+/// both their starts and their ends.
 fn merged(spans: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
     spans.sort_unstable();
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(spans.len());

@@ -49,10 +49,12 @@ pub struct CompactOptions {
     /// Where each group's merge takes its memory from (a server's
     /// budget); `None`: nowhere, as `culprit compact` runs alone.
     pub memory: Option<MemoryGate>,
-    /// Rewrite every file of the telemetry tables, whatever its size,
-    /// even alone in its table or bucket: files written by an older
-    /// version then take the current layout (`culprit compact --rewrite`,
-    /// docs/storage.md).
+    /// Rewrite every file of the time tables (`tasks`, `task_windows`,
+    /// `host_windows`), whatever its size, even alone in its table or
+    /// bucket: files written by an older version then take the current
+    /// layout (`culprit compact --rewrite`, docs/storage.md). The other
+    /// tables' layout is unchanged: only their small files are merged.
+    /// Never in the background ([`crate::AutoCompact`] turns it off).
     pub rewrite: bool,
 }
 
@@ -198,32 +200,26 @@ impl CompactReport {
 /// Whether a file is merged: smaller than `small_bytes`, and of fewer than
 /// [`crate::layout::rows_per_file`] rows (a merge writes files of that
 /// many, often under `small_bytes`: merging them again would gain nothing,
-/// each time; the larger files of older versions are left too). Every
-/// file when rewriting.
+/// each time; the larger files of older versions are left too).
 pub(crate) fn is_small(file: &DataFile, opts: &CompactOptions) -> bool {
-    opts.rewrite
-        || (file.bytes < opts.small_bytes
-            && file.rows < crate::layout::rows_per_file(&file.table) as u64)
+    file.bytes < opts.small_bytes && file.rows < crate::layout::rows_per_file(&file.table) as u64
 }
 
 /// The groups of small files to merge: per table, and per host bucket for
-/// `task_windows` (unbucketed files are their own group).
+/// `task_windows` (unbucketed files are their own group). Every file of a
+/// time table when rewriting ([`CompactOptions::rewrite`]), even alone.
 fn groups(files: &[DataFile], opts: &CompactOptions) -> Vec<(Table, Option<u32>, Vec<DataFile>)> {
     let mut out = Vec::new();
     for table in Table::ALL {
+        let rewrite = opts.rewrite && crate::layout::time_columns(table.name()).is_some();
         let mut by_bucket: BTreeMap<Option<u32>, Vec<DataFile>> = BTreeMap::new();
         for f in files
             .iter()
-            .filter(|f| f.table == table.name() && is_small(f, opts))
+            .filter(|f| f.table == table.name() && (rewrite || is_small(f, opts)))
         {
             by_bucket.entry(f.bucket).or_default().push(f.clone());
         }
-        // A file alone is rewritten only when asked to.
-        let least = if opts.rewrite {
-            1
-        } else {
-            opts.min_files.max(2)
-        };
+        let least = if rewrite { 1 } else { opts.min_files.max(2) };
         for (bucket, files) in by_bucket {
             if files.len() >= least {
                 out.push((table, bucket, files));
@@ -1043,9 +1039,16 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(report.files_merged(), 0);
+        // Not small by size either: only the rewrite takes it.
+        let opts = CompactOptions {
+            small_bytes: 1,
+            ..Default::default()
+        };
+        let report = store.compact(&opts, |_, _| {}).await.unwrap();
+        assert_eq!(report.files_merged(), 0);
         let opts = CompactOptions {
             rewrite: true,
-            ..Default::default()
+            ..opts
         };
         let report = store.compact(&opts, |_, _| {}).await.unwrap();
         assert_eq!(report.files_merged(), 1);

@@ -75,8 +75,10 @@ impl AutoCompact {
     /// forever (drop the future to stop; a compaction stopped halfway
     /// commits nothing).
     pub async fn run(self, store: Store) {
+        // Never a rewrite of the whole store in the background.
         let opts = CompactOptions {
             min_files: self.min_files.max(2),
+            rewrite: false,
             ..self.compact.clone()
         };
         // Checks in a row that left groups for later: the first says so as

@@ -104,9 +104,11 @@ pub fn sort_key(table: &str) -> Option<&'static str> {
 /// 1e7-task store's `task_windows` files held 4 Mi rows in 256 row groups
 /// (a footer of 193 KB), and a victim's read parsed one such footer per
 /// bucket: about 6 ms of a 0.14 s process (docs/performance.md). At 1 Mi
-/// rows a footer of `tasks` or `task_windows` holds 64 row groups, about
-/// as many as at 1e6 tasks (256 of `host_windows`, whose groups are
-/// smaller, [`rows_per_group`]).
+/// rows a footer holds 256 row groups of 4 Ki rows ([`rows_per_group`]):
+/// at 1e7 tasks on 500 hosts a victim's window rows cost what they cost
+/// in groups of 16 Ki (64 a footer), the rows saved paid for in footers
+/// (docs/performance.md, twenty-first session); smaller files would keep
+/// footers small for four times as many files in the manifest.
 pub fn rows_per_file(table: &str) -> usize {
     if time_columns(table).is_some() {
         1 << 20
@@ -126,7 +128,7 @@ pub fn rows_per_file(table: &str) -> usize {
 /// `store.rs`'s `writer_properties`; docs/performance.md). A footer then
 /// describes 256 groups of a file of [`rows_per_file`] rows.
 ///
-/// Smaller still for `host_windows`: host metrics often come host by host
+/// `host_windows` had groups of 4 Ki first: host metrics often come host by host
 /// (one series or one host's file at a time; `culprit generate` writes
 /// them in long stretches per host too), so a file of them (one part of
 /// an ingest) holds some hosts over a long time, and a victim's time
@@ -139,6 +141,7 @@ pub fn rows_per_file(table: &str) -> usize {
 pub fn rows_per_group(table: &str) -> usize {
     match table {
         "host_windows" | "task_windows" | "tasks" => 4 << 10,
+        // The stored slot holders' shares (`STAGE_SHARES`).
         _ if time_columns(table).is_some() => 16 << 10,
         _ => 256 << 10,
     }

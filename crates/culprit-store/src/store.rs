@@ -1010,9 +1010,8 @@ impl<T> Drop for Aborting<T> {
 /// Row groups a time-pruned read decodes at once, each on a task of its
 /// own: one a core and one more, at most [`MAX_DECODERS`]. What they
 /// decode ahead of the reader is not counted in a memory budget: at most
-/// this many row groups and the one being handed out (a group is 16 Ki
-/// rows of tasks or window rows, about 1.2 MB of the latter; 4 Ki host
-/// rows).
+/// this many row groups and the one being handed out (a group is 4 Ki
+/// rows of tasks, window rows or host rows, about 0.3 MB of window rows).
 fn decoders() -> usize {
     encoders().min(MAX_DECODERS)
 }
@@ -1310,9 +1309,11 @@ fn encode_files(
     Ok(out)
 }
 
-/// How the store writes a Parquet file of table `name` (`schema`): zstd
-/// level 1, the table's row group size, and a dictionary only where it
-/// pays: not for numbers and times (mostly distinct values: a dictionary
+/// How the store writes a Parquet file of table `name` (`schema`): Snappy
+/// for the time tables and the stored shares (below), zstd level 1 for the
+/// others; the table's row group size; and a dictionary only where it
+/// pays (measured when every table was written with zstd): not for
+/// numbers and times (mostly distinct values: a dictionary
 /// there costs a hash of every value and saves nothing zstd does not),
 /// nor for task ids (one per task) nor any column of `task_windows` (its
 /// text is task ids and a handful of resources: interning every value
@@ -1328,9 +1329,9 @@ fn writer_properties(name: &str, schema: &arrow::datatypes::Schema) -> WriterPro
         // Snappy, not zstd: a read decodes the row groups of a time, and
         // zstd made a context (two, compressing and decompressing) for
         // every column chunk read, a tenth of a warm server's time for a
-        // far victim, and decoded slower. Files are about a quarter larger
-        // (1e6 tasks: 358 MiB against 291 MiB); ingest and compaction
-        // compress faster (docs/performance.md).
+        // far victim, and decoded slower. Files are larger: 23% on
+        // generated data (1e6 tasks: 358.3 MiB against 291.4 MiB), about
+        // twice on real Spark event logs (docs/performance.md).
         props = props.set_compression(Compression::SNAPPY);
         // A time table's row group is small (`rows_per_group`): one page a
         // column unless its values pass 1 MiB, so page statistics (a column
@@ -2703,33 +2704,48 @@ pub(crate) mod tests {
         // A victim's read decodes the time tables' row groups of its time:
         // Snappy's decoder needs no context per column chunk (zstd's took a
         // tenth of a warm server's time for a far victim) and decodes
-        // faster, for files about a quarter larger (docs/storage.md).
+        // faster, for larger files (docs/storage.md).
         use parquet::basic::Compression;
-        let codecs = |table: Table| -> Vec<Compression> {
+        let codecs = |table: Table, batch: RecordBatch| -> Vec<Compression> {
             use parquet::file::reader::FileReader;
-            let rows: Rows = (0..10).map(|r| (0, r)).collect();
-            let batch = match table {
-                Table::Tasks => task_rows(0, 10),
-                Table::HostWindows => host_rows(10),
-                _ => RecordBatch::new_empty(table.schema()),
-            };
+            let rows: Rows = (0..batch.num_rows()).map(|r| (0, r)).collect();
             let files = encode_files(table, &[batch], &rows).unwrap();
             let reader =
                 parquet::file::reader::SerializedFileReader::new(files[0].bytes.clone()).unwrap();
             let group = reader.metadata().row_group(0);
             group.columns().iter().map(|c| c.compression()).collect()
         };
-        for t in [Table::Tasks, Table::HostWindows] {
-            let got = codecs(t);
+        for (t, batch) in [
+            (Table::Tasks, task_rows(0, 10)),
+            (Table::HostWindows, host_rows(10)),
+        ] {
+            let got = codecs(t, batch);
             assert!(
                 got.iter().all(|c| *c == Compression::SNAPPY),
                 "{t:?}: {got:?}"
             );
         }
-        let props = writer_properties("task_windows", &Table::TaskWindows.schema());
+        // Every time table, and the stored shares: Snappy, groups of 4 Ki
+        // rows (the shares' 16 Ki); the others (the query index, the
+        // stages, user tables): zstd.
         let path = parquet::schema::types::ColumnPath::from("task_id");
-        assert_eq!(props.compression(&path), Compression::SNAPPY);
-        for name in ["stages", "queries", "executors", "my_teams"] {
+        for (name, group) in [
+            ("tasks", 4096),
+            ("task_windows", 4096),
+            ("host_windows", 4096),
+            (crate::layout::STAGE_SHARES, 16_384),
+        ] {
+            let props = writer_properties(name, &Table::TaskWindows.schema());
+            assert_eq!(props.compression(&path), Compression::SNAPPY, "{name}");
+            assert_eq!(props.max_row_group_row_count(), Some(group), "{name}");
+        }
+        for name in [
+            "stages",
+            "queries",
+            "executors",
+            crate::layout::QUERY_SPANS,
+            "my_teams",
+        ] {
             let props = writer_properties(name, &Table::Stages.schema());
             assert!(
                 matches!(props.compression(&path), Compression::ZSTD(_)),
