@@ -3063,20 +3063,26 @@ pub(crate) mod tests {
         // what a short time read decodes is the row groups that overlap it.
         let store = Store::open("memory://").unwrap();
         commit_host_rows(&store, 40_000).await;
-        let m = store.manifest().await.unwrap();
-        let files: Vec<DataFile> = m.files_of(Table::HostWindows).cloned().collect();
-        assert_eq!(files.len(), 1);
         // Rows at µs 0..40,000, each its own µs: the read of µs 20,000 to
         // 20,010 overlaps 11 rows, in one row group of 4,096.
-        let decoded: usize = store
-            .scan_overlapping(files, None, 20_000, 20_010)
+        let decoded = decoded_in_one_file(&store, Table::HostWindows, 20_000, 20_010).await;
+        assert_eq!(decoded, 4096);
+    }
+
+    /// The rows a read of `[from, to]` decodes of `table`, stored in one
+    /// file.
+    async fn decoded_in_one_file(store: &Store, table: Table, from: i64, to: i64) -> usize {
+        let m = store.manifest().await.unwrap();
+        let files: Vec<DataFile> = m.files_of(table).cloned().collect();
+        assert_eq!(files.len(), 1);
+        store
+            .scan_overlapping(files, None, from, to)
             .try_collect::<Vec<_>>()
             .await
             .unwrap()
             .iter()
             .map(|b| b.num_rows())
-            .sum();
-        assert_eq!(decoded, 4096);
+            .sum()
     }
 
     #[tokio::test]
@@ -3092,20 +3098,10 @@ pub(crate) mod tests {
             .await
             .unwrap();
         batch.commit().await.unwrap();
-        let m = store.manifest().await.unwrap();
-        let files: Vec<DataFile> = m.files_of(Table::Tasks).cloned().collect();
-        assert_eq!(files.len(), 1);
         // Task `i` runs from `10 i` (or `10 i + 5`) to about `10 i + 55`:
         // µs 200,000 to 200,010 overlap tasks 19,995 to 20,001, rows of
         // the group of rows 16,384 to 20,479.
-        let decoded: usize = store
-            .scan_overlapping(files, None, 200_000, 200_010)
-            .try_collect::<Vec<_>>()
-            .await
-            .unwrap()
-            .iter()
-            .map(|b| b.num_rows())
-            .sum();
+        let decoded = decoded_in_one_file(&store, Table::Tasks, 200_000, 200_010).await;
         assert_eq!(decoded, 4096);
     }
 
