@@ -673,11 +673,12 @@ impl Engine {
         let tasks_read = started.elapsed();
         let mut windows_read = tasks_read;
         if let Some((from, to)) = region {
-            // Window rows: decoded by the store's tasks, checked, matched
-            // to their tasks and cut to those beside an explained task on
-            // a task ahead (finding a row's task is most of what adding it
-            // cost this thread), added to the dataset here: three stages
-            // on the cores, the rows in the order read. The resolver's
+            // Window rows: decoded by the store's tasks; checked, matched
+            // to their tasks, cut to those beside an explained task and
+            // made the dataset's rows on a task ahead (finding a row's
+            // task is most of what adding it cost this thread); pushed to
+            // their groups here: three stages on the cores, the rows in
+            // the order read. The resolver's
             // copy of the task ids is counted beside the dataset while it
             // lives, then given back.
             let files: Vec<_> = manifest.files_of(Table::TaskWindows).cloned().collect();
@@ -695,9 +696,8 @@ impl Engine {
                             return Ok::<_, Error>(None);
                         };
                         let rows = b.num_rows();
-                        let resolved = resolver
-                            .resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e))
-                            .map_err(|e| Error::Internal(format!("matching window rows: {e}")))?;
+                        let resolved =
+                            resolver.resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e));
                         Ok(Some((rows, resolved)))
                     });
                 let mut resolved = ahead(futures::StreamExt::boxed(resolved));

@@ -692,8 +692,9 @@ impl Store {
             .await
             .map_err(&perr)?;
         check_schema(&file.file.path, &file.file.table, builder.schema(), None)?;
+        let rows = batch_rows(builder.metadata(), &groups);
         let stream = builder
-            .with_batch_size(64 * 1024)
+            .with_batch_size(rows)
             .with_row_groups(groups)
             .build()
             .map_err(&perr)?;
@@ -922,6 +923,23 @@ fn projection(
     ProjectionMask::roots(parquet, indices)
 }
 
+/// The batch size for a read of row groups `groups` of a file: their
+/// largest group's rows, at most 64 Ki. A stream of row groups gives a
+/// group's rows in batches of their own, and the decoder reserves room for
+/// a whole batch in every column before it reads a page: batches of 64 Ki
+/// rows made a group of 4 Ki rows allocate 16 times what it fills, and the
+/// read cache, which counts what the arrays hold, kept a sixteenth of the
+/// groups it had room for.
+fn batch_rows(meta: &parquet::file::metadata::ParquetMetaData, groups: &[usize]) -> usize {
+    groups
+        .iter()
+        .filter_map(|&g| meta.row_groups().get(g))
+        .map(|g| g.num_rows().max(0) as usize)
+        .max()
+        .unwrap_or(0)
+        .clamp(1, 64 * 1024)
+}
+
 /// One row group of a stored file to decode, with the file's footer.
 struct GroupRead {
     /// The file, as errors name it.
@@ -965,9 +983,10 @@ impl GroupRead {
             path: name.clone(),
             source,
         };
+        let rows = batch_rows(self.meta.metadata(), &[self.group]);
         let mut builder =
             ParquetRecordBatchStreamBuilder::new_with_metadata(self.reader, self.meta)
-                .with_batch_size(64 * 1024)
+                .with_batch_size(rows)
                 .with_row_groups(vec![self.group]);
         if let Some(mask) = self.mask {
             builder = builder.with_projection(mask);
@@ -3103,6 +3122,55 @@ pub(crate) mod tests {
         // the group of rows 16,384 to 20,479.
         let decoded = decoded_in_one_file(&store, Table::Tasks, 200_000, 200_010).await;
         assert_eq!(decoded, 4096);
+    }
+
+    #[tokio::test]
+    async fn a_decoded_row_group_holds_about_its_rows_bytes() {
+        // The read cache counts a decoded group by the memory its arrays
+        // hold, and a focused read keeps groups of 4,096 rows: decoded in
+        // batches of 64 Ki rows, every column reserved room for 64 Ki
+        // values, 16 times what the group fills, so the cache held a
+        // sixteenth of the groups it had room for (a far victim asked
+        // again was decoded again, docs/performance.md).
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        batch
+            .write(Table::Tasks, &[task_rows(0, 40_000)])
+            .await
+            .unwrap();
+        batch.commit().await.unwrap();
+        let m = store.manifest().await.unwrap();
+        let files: Vec<DataFile> = m.files_of(Table::Tasks).cloned().collect();
+        let decoded: Vec<RecordBatch> = store
+            .scan_overlapping(files, None, 200_000, 200_010)
+            .try_collect()
+            .await
+            .unwrap();
+        // The group of rows 16,384 to 20,479 (as in the test above); its
+        // bytes from the input's rows: each column's values at its width,
+        // a text's bytes and offsets, a validity bit a row.
+        let rows = task_rows(16_384, 4_096);
+        let exact: usize = rows
+            .columns()
+            .iter()
+            .map(|c| {
+                let n = c.len();
+                let values = match c.data_type().primitive_width() {
+                    Some(w) => n * w,
+                    None => match arrow::array::AsArray::as_string_opt::<i32>(c) {
+                        Some(t) => (n + 1) * 4 + t.value_data().len(),
+                        None => n * 16,
+                    },
+                };
+                values + n.div_ceil(8)
+            })
+            .sum();
+        assert_eq!(decoded.iter().map(|b| b.num_rows()).sum::<usize>(), 4_096);
+        let held: usize = decoded.iter().map(|b| b.get_array_memory_size()).sum();
+        assert!(
+            held <= 2 * exact,
+            "a group of 4,096 rows holds {held} bytes, its rows {exact}"
+        );
     }
 
     /// The `window_start` of every row of `batches`, in order.

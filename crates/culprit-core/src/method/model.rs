@@ -564,17 +564,15 @@ impl Dataset {
         batch: &RecordBatch,
         keep: &dyn Fn(u32, Micros, Micros) -> bool,
     ) {
-        let seen = self.fold_in(None, batch, keep);
+        let seen = self.fold_in(batch, keep);
         self.mark_has_windows(&seen);
     }
 
     /// Folds the `task_windows` rows of `batch` into the groups, those
-    /// `keep(host, start, end)` keeps, their tasks found by id or `given`
-    /// row by row; counts the rows skipped. Returns the tasks with a
-    /// checked row ([`note_run`]).
+    /// `keep(host, start, end)` keeps, their tasks found by id; counts the
+    /// rows skipped. Returns the tasks with a checked row ([`note_run`]).
     fn fold_in(
         &mut self,
-        given: Option<&[u32]>,
         batch: &RecordBatch,
         keep: &dyn Fn(u32, Micros, Micros) -> bool,
     ) -> Vec<u32> {
@@ -586,10 +584,9 @@ impl Dataset {
             skipped_rows,
             ..
         } = self;
-        let tasks_of = given.map_or(Tasks::Ids(task_ids), Tasks::Given);
         let mut seen = Vec::new();
         *skipped_rows += fold(
-            tasks_of,
+            task_ids,
             tasks,
             batch,
             &mut |d| details.intern(d),
@@ -619,7 +616,7 @@ impl Dataset {
     pub fn task_resolver(&self) -> TaskResolver {
         TaskResolver {
             ids: self.task_ids.clone(),
-            hosts: self.tasks.iter().map(|t| t.host).collect(),
+            tasks: self.tasks.iter().map(|t| (t.host, t.stage)).collect(),
         }
     }
 
@@ -642,22 +639,25 @@ impl Dataset {
                 self.tasks.len()
             )));
         }
-        if let Some((batch, given)) = &rows {
-            if given.len() != batch.num_rows() {
-                return Err(crate::MethodError::Internal(format!(
-                    "{} window rows matched with {} tasks",
-                    batch.num_rows(),
-                    given.len()
-                )));
-            }
+        let (groups, numbered) = (self.windows.len(), named.len());
+        if let Some((group, row)) = rows
+            .iter()
+            .find(|(g, r)| *g as usize >= groups || r.detail as usize > numbered)
+        {
+            return Err(crate::MethodError::Internal(format!(
+                "a window row resolved to group {group} of {groups}, detail {} of {numbered}",
+                row.detail
+            )));
         }
         self.skipped_rows += skipped;
-        for d in &named {
-            self.details.intern(d);
-        }
-        if let Some((batch, given)) = rows {
-            // Every row given was kept; its tasks are among `seen`.
-            self.fold_in(Some(&given), &batch, &|_, _, _| true);
+        // The details' numbers in this dataset: interned in the order they
+        // first appeared, those of rows not kept too.
+        let mut numbers = Vec::with_capacity(numbered + 1);
+        numbers.push(0);
+        numbers.extend(named.iter().map(|d| self.details.intern(d)));
+        for (group, mut row) in rows {
+            row.detail = numbers[row.detail as usize];
+            self.windows[group as usize].push(row);
         }
         self.mark_has_windows(&seen);
         Ok(())
@@ -685,7 +685,7 @@ impl Dataset {
         detail: &mut dyn FnMut(&str) -> u32,
         sink: &mut dyn FnMut(u32, usize, WindowRow),
     ) -> usize {
-        fold(Tasks::Ids(&self.task_ids), &self.tasks, batch, detail, sink)
+        fold(&self.task_ids, &self.tasks, batch, detail, sink)
     }
 
     /// The id of every task, indexed by task number (the inverse of
@@ -901,7 +901,7 @@ fn note_run(seen: &mut Vec<u32>, task: u32) {
 /// start, end)` for each row `i` whose task `tasks` knows, with times and
 /// a known resource, in order; returns the rows skipped (the others).
 fn checked_rows(
-    tasks: Tasks<'_>,
+    task_ids: &TaskIds,
     batch: &RecordBatch,
     row: &mut dyn FnMut(usize, u32, Resource, Micros, Micros),
 ) -> usize {
@@ -916,15 +916,10 @@ fn checked_rows(
     let mut last: Option<(usize, u32)> = None;
     let mut last_res: Option<(usize, Resource)> = None;
     for i in 0..batch.num_rows() {
-        let task = match tasks {
-            Tasks::Given(given) => given.get(i).copied(),
-            Tasks::Ids(task_ids) => {
-                let key = id.value(i);
-                match last {
-                    Some((j, t)) if id.value(j) == key => Some(t),
-                    _ => task_ids.get(key),
-                }
-            }
+        let key = id.value(i);
+        let task = match last {
+            Some((j, t)) if id.value(j) == key => Some(t),
+            _ => task_ids.get(key),
         };
         let (Some(task), Some(s), Some(e)) = (task, opt_time(&start, i), opt_time(&end, i)) else {
             skipped += 1;
@@ -947,17 +942,8 @@ fn checked_rows(
     skipped
 }
 
-/// How [`checked_rows`] finds the task of a row.
-#[derive(Clone, Copy)]
-enum Tasks<'a> {
-    /// By its id.
-    Ids(&'a TaskIds),
-    /// Given, row by row (resolved before: [`TaskResolver`]).
-    Given(&'a [u32]),
-}
-
 fn fold(
-    tasks_of: Tasks<'_>,
+    task_ids: &TaskIds,
     tasks: &[TaskInfo],
     batch: &RecordBatch,
     detail: &mut dyn FnMut(&str) -> u32,
@@ -975,7 +961,7 @@ fn fold(
             .filter(|a| a.is_valid(i))
             .map_or(0.0, |a| a.value(i))
     };
-    checked_rows(tasks_of, batch, &mut |i, task, r, s, e| {
+    checked_rows(task_ids, batch, &mut |i, task, r, s, e| {
         let d = match details.as_ref().filter(|d| d.is_valid(i)) {
             Some(d) => detail(d.value(i)),
             None => 0,
@@ -1006,16 +992,17 @@ fn fold(
 #[derive(Debug)]
 pub struct TaskResolver {
     ids: TaskIds,
-    /// The host of each task.
-    hosts: Vec<u32>,
+    /// The host and the stage of each task.
+    tasks: Vec<(u32, u32)>,
 }
 
 /// `task_windows` rows checked by a [`TaskResolver`], for
 /// [`Dataset::add_resolved`].
 #[derive(Debug)]
 pub struct ResolvedWindows {
-    /// The rows kept, with their tasks.
-    rows: Option<(RecordBatch, Vec<u32>)>,
+    /// The rows kept, with their groups ([`Dataset::group`]), their
+    /// details numbered in `details` (from 1; 0: none).
+    rows: Vec<(u32, WindowRow)>,
     /// Every task with a checked row, kept or not (once per run of rows).
     seen: Vec<u32>,
     /// The details of the checked rows, kept or not, in the order they
@@ -1029,7 +1016,7 @@ pub struct ResolvedWindows {
 impl ResolvedWindows {
     /// The rows kept.
     pub fn len(&self) -> usize {
-        self.rows.as_ref().map_or(0, |(b, _)| b.num_rows())
+        self.rows.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1040,53 +1027,74 @@ impl ResolvedWindows {
 impl TaskResolver {
     /// The memory it holds, about.
     pub fn bytes(&self) -> usize {
-        self.ids.bytes() + self.hosts.capacity() * std::mem::size_of::<u32>()
+        self.ids.bytes() + self.tasks.capacity() * std::mem::size_of::<(u32, u32)>()
     }
 
     /// What [`Dataset::add_task_windows_where`] would do with `batch` and
-    /// `keep`, done here: its rows checked, their tasks found and the
-    /// rows `keep(host, start, end)` keeps cut out.
+    /// `keep`, done here: its rows checked, their tasks found and the rows
+    /// `keep(host, start, end)` keeps made the dataset's rows, so that
+    /// adding them is only pushing each to its group.
     pub fn resolve(
         &self,
         batch: &RecordBatch,
         keep: &dyn Fn(u32, Micros, Micros) -> bool,
-    ) -> Result<ResolvedWindows, arrow::error::ArrowError> {
+    ) -> ResolvedWindows {
         let details = text(batch, "detail");
-        let mut kept = Vec::new();
-        let mut tasks = Vec::new();
+        let f = |name: &str| {
+            batch
+                .column_by_name(name)
+                .map(|c| c.as_primitive::<Float64Type>().clone())
+        };
+        let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
+        let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
+            a.as_ref()
+                .filter(|a| a.is_valid(i))
+                .map_or(0.0, |a| a.value(i))
+        };
+        let mut rows = Vec::new();
         let mut seen: Vec<u32> = Vec::new();
+        // The details in the order they first appear, numbered from 1 (0:
+        // none), renumbered by the dataset's interner when added.
         let mut named: Vec<String> = Vec::new();
-        let mut named_set: rustc_hash::FxHashSet<&str> = Default::default();
-        let mut last_detail: Option<usize> = None;
-        let skipped = checked_rows(Tasks::Ids(&self.ids), batch, &mut |i, task, _, s, e| {
+        let mut numbers: rustc_hash::FxHashMap<&str, u32> = Default::default();
+        let mut last_detail: Option<(usize, u32)> = None;
+        let skipped = checked_rows(&self.ids, batch, &mut |i, task, r, s, e| {
             note_run(&mut seen, task);
+            let mut detail = 0;
             if let Some(d) = details.as_ref().filter(|d| d.is_valid(i)) {
-                let same = last_detail.is_some_and(|j| d.value(j) == d.value(i));
-                if !same && named_set.insert(d.value(i)) {
-                    named.push(d.value(i).to_string());
-                }
-                last_detail = Some(i);
+                detail = match last_detail {
+                    Some((j, n)) if d.value(j) == d.value(i) => n,
+                    _ => *numbers.entry(d.value(i)).or_insert_with(|| {
+                        named.push(d.value(i).to_string());
+                        named.len() as u32
+                    }),
+                };
+                last_detail = Some((i, detail));
             }
-            if keep(self.hosts[task as usize], s, e) {
-                kept.push(i as u32);
-                tasks.push(task);
+            let (host, stage) = self.tasks[task as usize];
+            if keep(host, s, e) {
+                rows.push((
+                    Dataset::group(host, r) as u32,
+                    WindowRow {
+                        task,
+                        stage,
+                        detail,
+                        start: s,
+                        end: e,
+                        blocked: val(&blocked, i),
+                        acquired: val(&acquired, i),
+                        gc: val(&gc, i) as f32,
+                    },
+                ));
             }
         });
-        let rows = if kept.is_empty() {
-            None
-        } else if kept.len() == batch.num_rows() {
-            Some((batch.clone(), tasks))
-        } else {
-            let at = arrow::array::UInt32Array::from(kept);
-            Some((arrow::compute::take_record_batch(batch, &at)?, tasks))
-        };
-        Ok(ResolvedWindows {
+        ResolvedWindows {
             rows,
             seen,
             details: named,
             skipped,
-            tasks: self.hosts.len(),
-        })
+            tasks: self.tasks.len(),
+        }
     }
 }
 
@@ -1172,10 +1180,16 @@ mod tests {
         let windows = windows.finish_unchecked();
         // In two batches, as a read gives them.
         let batches = [windows.slice(0, 4), windows.slice(4, rows.len() - 4)];
+        // Both datasets know two details already, one of them met again
+        // below: the resolver numbers the details it meets from 1, the
+        // dataset gives them its own numbers.
         let datasets = || {
             let (mut whole, mut apart) = (Dataset::new(), Dataset::new());
-            whole.add_tasks(&tasks);
-            apart.add_tasks(&tasks);
+            for d in [&mut whole, &mut apart] {
+                d.add_tasks(&tasks);
+                d.details.intern("spill");
+                d.details.intern("earlier");
+            }
             (whole, apart)
         };
         let h1 = datasets().0.hosts.get("h1").expect("h1");
@@ -1198,7 +1212,7 @@ mod tests {
             let mut kept = 0;
             for b in &batches {
                 whole.add_task_windows_where(b, keep);
-                let resolved = resolver.resolve(b, keep).expect("resolved");
+                let resolved = resolver.resolve(b, keep);
                 kept += resolved.len();
                 apart.add_resolved(resolved).expect("the same tasks");
             }
@@ -1209,9 +1223,9 @@ mod tests {
             let marks = |d: &Dataset| d.tasks.iter().map(|t| t.has_windows).collect::<Vec<_>>();
             assert_eq!(marks(&whole), vec![true, true, true, true]);
             assert_eq!(marks(&whole), marks(&apart));
-            // "", lock, shuffle, execution, spill: those of rows not kept
-            // too, in the same order.
-            assert_eq!(whole.details.len(), 5);
+            // "", spill, earlier, then lock, shuffle, execution: those of
+            // rows not kept too, in the same order.
+            assert_eq!(whole.details.len(), 6);
             assert_eq!(whole.details, apart.details);
             // nobody, t2 without a start, t3's unknown resource.
             assert_eq!(whole.skipped_rows, 3);
@@ -1221,7 +1235,7 @@ mod tests {
         // Rows resolved against another number of tasks than a dataset
         // has fail, and nothing is added.
         let (_, apart) = datasets();
-        let resolved = apart.task_resolver().resolve(&windows, &some).unwrap();
+        let resolved = apart.task_resolver().resolve(&windows, &some);
         let mut other = Dataset::new();
         let err = other.add_resolved(resolved).unwrap_err().to_string();
         assert!(err.contains("matched against 4 tasks"), "{err}");
