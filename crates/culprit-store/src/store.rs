@@ -926,10 +926,10 @@ fn projection(
 /// The batch size for a read of row groups `groups` of a file: their
 /// largest group's rows, at most 64 Ki. A stream of row groups gives a
 /// group's rows in batches of their own, and the decoder reserves room for
-/// a whole batch in every column before it reads a page: batches of 64 Ki
-/// rows made a group of 4 Ki rows allocate 16 times what it fills, and the
-/// read cache, which counts what the arrays hold, kept a sixteenth of the
-/// groups it had room for.
+/// a whole batch in every column before it reads a page: with batches of
+/// 64 Ki rows a group of 4 Ki rows of `tasks` held 18 times its rows'
+/// bytes (`a_decoded_row_group_holds_about_its_rows_bytes`), and the read
+/// cache, which counts what the arrays hold, kept that much fewer groups.
 fn batch_rows(meta: &parquet::file::metadata::ParquetMetaData, groups: &[usize]) -> usize {
     groups
         .iter()
@@ -3129,9 +3129,9 @@ pub(crate) mod tests {
         // The read cache counts a decoded group by the memory its arrays
         // hold, and a focused read keeps groups of 4,096 rows: decoded in
         // batches of 64 Ki rows, every column reserved room for 64 Ki
-        // values, 16 times what the group fills, so the cache held a
-        // sixteenth of the groups it had room for (a far victim asked
-        // again was decoded again, docs/performance.md).
+        // values, and the group held 18 times its rows' bytes, so the
+        // cache held that much fewer groups (a far victim asked again was
+        // decoded again, docs/performance.md).
         let store = Store::open("memory://").unwrap();
         let mut batch = store.begin();
         batch
@@ -3171,6 +3171,41 @@ pub(crate) mod tests {
             held <= 2 * exact,
             "a group of 4,096 rows holds {held} bytes, its rows {exact}"
         );
+    }
+
+    #[test]
+    fn a_read_batches_its_largest_groups_rows_at_most_64_ki() {
+        // Groups of 4,096, 100 and 0 rows, and one of 100,000 (over a
+        // batch's 64 Ki): the batch of a read of some of them is their
+        // largest group's rows, at least one row, at most 64 Ki; a group
+        // the file does not have counts for nothing.
+        use parquet::file::metadata::{FileMetaData, ParquetMetaData, RowGroupMetaData};
+        use parquet::schema::types::{SchemaDescriptor, Type};
+        let schema = Arc::new(SchemaDescriptor::new(Arc::new(
+            Type::group_type_builder("schema")
+                .with_fields(vec![])
+                .build()
+                .unwrap(),
+        )));
+        let groups: Vec<RowGroupMetaData> = [4_096, 100, 0, 100_000]
+            .iter()
+            .map(|&n| {
+                RowGroupMetaData::builder(schema.clone())
+                    .set_num_rows(n)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let file = FileMetaData::new(1, 104_196, None, None, schema, None);
+        let meta = ParquetMetaData::new(file, groups);
+        assert_eq!(batch_rows(&meta, &[0]), 4_096);
+        assert_eq!(batch_rows(&meta, &[1, 0]), 4_096);
+        assert_eq!(batch_rows(&meta, &[1]), 100);
+        assert_eq!(batch_rows(&meta, &[2]), 1);
+        assert_eq!(batch_rows(&meta, &[]), 1);
+        assert_eq!(batch_rows(&meta, &[9]), 1);
+        assert_eq!(batch_rows(&meta, &[1, 9]), 100);
+        assert_eq!(batch_rows(&meta, &[3, 0]), 64 * 1024);
     }
 
     /// The `window_start` of every row of `batches`, in order.

@@ -950,17 +950,7 @@ fn fold(
     sink: &mut dyn FnMut(u32, usize, WindowRow),
 ) -> usize {
     let details = text(batch, "detail");
-    let f = |name: &str| {
-        batch
-            .column_by_name(name)
-            .map(|c| c.as_primitive::<Float64Type>().clone())
-    };
-    let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
-    let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
-        a.as_ref()
-            .filter(|a| a.is_valid(i))
-            .map_or(0.0, |a| a.value(i))
-    };
+    let values = Values::of(batch);
     checked_rows(task_ids, batch, &mut |i, task, r, s, e| {
         let d = match details.as_ref().filter(|d| d.is_valid(i)) {
             Some(d) => detail(d.value(i)),
@@ -970,18 +960,58 @@ fn fold(
         sink(
             task,
             Dataset::group(t.host, r),
-            WindowRow {
-                task,
-                stage: t.stage,
-                detail: d,
-                start: s,
-                end: e,
-                blocked: val(&blocked, i),
-                acquired: val(&acquired, i),
-                gc: val(&gc, i) as f32,
-            },
+            values.row(i, task, t.stage, d, (s, e)),
         );
     })
+}
+
+/// The measured columns of `task_windows` rows, to make [`WindowRow`]s of
+/// them (a missing or null value is 0).
+struct Values {
+    blocked: Option<arrow::array::Float64Array>,
+    acquired: Option<arrow::array::Float64Array>,
+    gc: Option<arrow::array::Float64Array>,
+}
+
+impl Values {
+    fn of(batch: &RecordBatch) -> Values {
+        let f = |name: &str| {
+            batch
+                .column_by_name(name)
+                .map(|c| c.as_primitive::<Float64Type>().clone())
+        };
+        Values {
+            blocked: f("blocked"),
+            acquired: f("acquired"),
+            gc: f("gc"),
+        }
+    }
+
+    /// Row `i`, of `task` of `stage`, its detail numbered `detail`.
+    fn row(
+        &self,
+        i: usize,
+        task: u32,
+        stage: u32,
+        detail: u32,
+        (start, end): (Micros, Micros),
+    ) -> WindowRow {
+        let val = |a: &Option<arrow::array::Float64Array>| {
+            a.as_ref()
+                .filter(|a| a.is_valid(i))
+                .map_or(0.0, |a| a.value(i))
+        };
+        WindowRow {
+            task,
+            stage,
+            detail,
+            start,
+            end,
+            blocked: val(&self.blocked),
+            acquired: val(&self.acquired),
+            gc: val(&self.gc) as f32,
+        }
+    }
 }
 
 /// The tasks of a dataset, apart from it, to check and filter
@@ -1040,17 +1070,7 @@ impl TaskResolver {
         keep: &dyn Fn(u32, Micros, Micros) -> bool,
     ) -> ResolvedWindows {
         let details = text(batch, "detail");
-        let f = |name: &str| {
-            batch
-                .column_by_name(name)
-                .map(|c| c.as_primitive::<Float64Type>().clone())
-        };
-        let (blocked, acquired, gc) = (f("blocked"), f("acquired"), f("gc"));
-        let val = |a: &Option<arrow::array::Float64Array>, i: usize| {
-            a.as_ref()
-                .filter(|a| a.is_valid(i))
-                .map_or(0.0, |a| a.value(i))
-        };
+        let values = Values::of(batch);
         let mut rows = Vec::new();
         let mut seen: Vec<u32> = Vec::new();
         // The details in the order they first appear, numbered from 1 (0:
@@ -1075,16 +1095,7 @@ impl TaskResolver {
             if keep(host, s, e) {
                 rows.push((
                     Dataset::group(host, r) as u32,
-                    WindowRow {
-                        task,
-                        stage,
-                        detail,
-                        start: s,
-                        end: e,
-                        blocked: val(&blocked, i),
-                        acquired: val(&acquired, i),
-                        gc: val(&gc, i) as f32,
-                    },
+                    values.row(i, task, stage, detail, (s, e)),
                 ));
             }
         });
