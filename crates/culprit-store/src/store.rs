@@ -3091,17 +3091,33 @@ pub(crate) mod tests {
     /// The rows a read of `[from, to]` decodes of `table`, stored in one
     /// file.
     async fn decoded_in_one_file(store: &Store, table: Table, from: i64, to: i64) -> usize {
+        read_in_one_file(store, table, from, to)
+            .await
+            .iter()
+            .map(|b| b.num_rows())
+            .sum()
+    }
+
+    /// The batches a read of `[from, to]` decodes of `table`, stored in
+    /// one file.
+    async fn read_in_one_file(store: &Store, table: Table, from: i64, to: i64) -> Vec<RecordBatch> {
         let m = store.manifest().await.unwrap();
         let files: Vec<DataFile> = m.files_of(table).cloned().collect();
         assert_eq!(files.len(), 1);
         store
             .scan_overlapping(files, None, from, to)
-            .try_collect::<Vec<_>>()
+            .try_collect()
             .await
             .unwrap()
-            .iter()
-            .map(|b| b.num_rows())
-            .sum()
+    }
+
+    /// A store of `task_rows(0, n)`, committed in one file.
+    async fn store_of_tasks(n: usize) -> Store {
+        let store = Store::open("memory://").unwrap();
+        let mut batch = store.begin();
+        batch.write(Table::Tasks, &[task_rows(0, n)]).await.unwrap();
+        batch.commit().await.unwrap();
+        store
     }
 
     #[tokio::test]
@@ -3110,13 +3126,7 @@ pub(crate) mod tests {
         // decodes the one row group of 4,096 rows that holds it (16,384
         // before; a far victim decoded three times the window rows of its
         // time, docs/performance.md).
-        let store = Store::open("memory://").unwrap();
-        let mut batch = store.begin();
-        batch
-            .write(Table::Tasks, &[task_rows(0, 40_000)])
-            .await
-            .unwrap();
-        batch.commit().await.unwrap();
+        let store = store_of_tasks(40_000).await;
         // Task `i` runs from `10 i` (or `10 i + 5`) to about `10 i + 55`:
         // µs 200,000 to 200,010 overlap tasks 19,995 to 20,001, rows of
         // the group of rows 16,384 to 20,479.
@@ -3132,20 +3142,8 @@ pub(crate) mod tests {
         // values, and the group held 18 times its rows' bytes, so the
         // cache held that much fewer groups (a far victim asked again was
         // decoded again, docs/performance.md).
-        let store = Store::open("memory://").unwrap();
-        let mut batch = store.begin();
-        batch
-            .write(Table::Tasks, &[task_rows(0, 40_000)])
-            .await
-            .unwrap();
-        batch.commit().await.unwrap();
-        let m = store.manifest().await.unwrap();
-        let files: Vec<DataFile> = m.files_of(Table::Tasks).cloned().collect();
-        let decoded: Vec<RecordBatch> = store
-            .scan_overlapping(files, None, 200_000, 200_010)
-            .try_collect()
-            .await
-            .unwrap();
+        let store = store_of_tasks(40_000).await;
+        let decoded = read_in_one_file(&store, Table::Tasks, 200_000, 200_010).await;
         // The group of rows 16,384 to 20,479 (as in the test above); its
         // bytes from the input's rows: each column's values at its width,
         // a text's bytes and offsets, a validity bit a row.
