@@ -40,15 +40,14 @@
 //!
 //! The reads run on every core, the rows in the order read (the same
 //! statement gives the same bits): the store decodes the row groups read
-//! on several tasks at once (`Store::scan_overlapping`); tasks are cut to
-//! the span on a task of their own ([`ahead`]) while the dataset adds
-//! those before; window rows are checked, matched to their tasks and cut
-//! to those beside an explained task on another
-//! ([`culprit_core::method::TaskResolver`], a copy of the dataset's task
-//! ids and their hosts:
-//! finding a row's task was most of what adding a row cost the thread that
-//! adds them, whether most rows are kept, as by default, or not, as with
-//! `slots=direct`), and added on the third.
+//! on several tasks at once, and each task goes on with its rows
+//! (`Store::scan_overlapping_then`): tasks are cut to the span, window
+//! rows are checked, matched to their tasks and cut to those beside an
+//! explained task ([`culprit_core::method::TaskResolver`], a copy of the
+//! dataset's task ids and their hosts: finding a row's task was most of
+//! what adding a row cost the thread that adds them, whether most rows are
+//! kept, as by default, or not, as with `slots=direct`), while the dataset
+//! adds those before, on whichever core is free.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -56,10 +55,12 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::TimestampMicrosecondType;
 use culprit_core::method::transitive::{HolderShares, KeepShares};
-use culprit_core::method::{Attribution, BlameOptions, Dataset, Micros, SlotBlame};
+use culprit_core::method::{
+    Attribution, BlameOptions, Dataset, Micros, ResolvedWindows, SlotBlame,
+};
 use culprit_core::{Resource, Table};
 use culprit_store::Manifest;
-use culprit_store::QuerySpan;
+use culprit_store::{QuerySpan, Then};
 use futures::TryStreamExt;
 
 use crate::budget::{
@@ -245,15 +246,14 @@ fn estimate_bytes(rows: usize, tasks: usize) -> usize {
 /// Counts the dataset read so far in `held`, grown past its estimate if
 /// need be (the read was admitted with the estimate).
 fn count(held: &mut Option<&mut Reservation>, ds: &Dataset) {
-    count_with(held, ds, 0);
+    grow_to(held, read_bytes(ds));
 }
 
-/// [`count`], with `extra` bytes held beside the dataset.
-fn count_with(held: &mut Option<&mut Reservation>, ds: &Dataset, extra: usize) {
+/// Grows `held` to `bytes` if it holds less.
+fn grow_to(held: &mut Option<&mut Reservation>, bytes: usize) {
     if let Some(held) = held.as_deref_mut() {
-        let now = read_bytes(ds).saturating_add(extra);
-        if now > held.size() {
-            held.grow(now - held.size());
+        if bytes > held.size() {
+            held.grow(bytes - held.size());
         }
     }
 }
@@ -268,10 +268,13 @@ pub(crate) fn read_bytes(ds: &Dataset) -> usize {
     ds.tasks
         .len()
         .saturating_mul(CACHE_BYTES_PER_TASK)
-        .saturating_add(
-            windows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW),
-        )
+        .saturating_add(window_bytes(windows))
         .saturating_add(hosts.saturating_mul(CACHE_BYTES_PER_HOST_ROW))
+}
+
+/// What `rows` window rows count in [`read_bytes`].
+fn window_bytes(rows: usize) -> usize {
+    rows.saturating_mul(CACHE_BYTES_PER_WINDOW_ROW + LIGHT_BYTES_PER_WINDOW_ROW)
 }
 
 /// Per query: the earliest ready or launch time of its tasks, the latest
@@ -673,12 +676,12 @@ impl Engine {
         let tasks_read = started.elapsed();
         let mut windows_read = tasks_read;
         if let Some((from, to)) = region {
-            // Window rows: decoded by the store's tasks; checked, matched
-            // to their tasks, cut to those beside an explained task and
-            // made the dataset's rows on a task ahead (finding a row's
-            // task is most of what adding it cost this thread); pushed to
-            // their groups here: three stages on the cores, the rows in
-            // the order read. The resolver's
+            // Window rows: decoded, checked, matched to their tasks, cut
+            // to those beside an explained task and made the dataset's
+            // rows by the store's tasks, several row groups at once
+            // (finding a row's task is most of what adding it cost one
+            // thread, which then kept the second core half idle); pushed
+            // to their groups here, in the order read. The resolver's
             // copy of the task ids is counted beside the dataset while it
             // lives, then given back.
             let files: Vec<_> = manifest.files_of(Table::TaskWindows).cloned().collect();
@@ -686,26 +689,31 @@ impl Engine {
                 let before = held.as_deref().map(|h| h.size());
                 let resolver = ds.task_resolver();
                 let apart = resolver.bytes();
-                count_with(&mut held, &ds, apart);
+                // What the dataset held before, and the rows added since:
+                // counting the whole dataset again for every batch walked
+                // every group of every host (30,000 on 5,000 hosts).
+                let (base, mut added) = (read_bytes(&ds).saturating_add(apart), 0usize);
+                grow_to(&mut held, base);
                 let needs_apart = needs.clone();
-                let resolved =
-                    futures::StreamExt::map(self.scan(files, (from, to), cached), move |b| {
+                let then: Then<Result<Option<(usize, ResolvedWindows)>, Error>> =
+                    Arc::new(move |b| {
                         let Some(b) =
-                            keep(&b?, "window_start", None, "window_end", (from, to), None)?
+                            keep(&b, "window_start", None, "window_end", (from, to), None)?
                         else {
-                            return Ok::<_, Error>(None);
+                            return Ok(None);
                         };
                         let rows = b.num_rows();
                         let resolved =
                             resolver.resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e));
                         Ok(Some((rows, resolved)))
                     });
-                let mut resolved = ahead(futures::StreamExt::boxed(resolved));
+                let mut resolved = self.scan_then(files, (from, to), cached, then);
                 while let Some(r) = resolved.try_next().await? {
-                    let Some((rows, r)) = r else { continue };
+                    let Some((rows, r)) = r? else { continue };
                     read += rows;
+                    added += r.len();
                     ds.add_resolved(r)?;
-                    count_with(&mut held, &ds, apart);
+                    grow_to(&mut held, base.saturating_add(window_bytes(added)));
                 }
                 // The resolver is gone with the stream: what the dataset
                 // holds is counted, or what was held before, whichever is
@@ -984,12 +992,21 @@ impl Engine {
         span: (i64, i64),
         cached: bool,
     ) -> futures::stream::BoxStream<'static, culprit_store::Result<RecordBatch>> {
-        match self.read_cache() {
-            Some(cache) if cached => self
-                .store()
-                .scan_overlapping_cached(files, None, span.0, span.1, cache),
-            _ => self.store().scan_overlapping(files, None, span.0, span.1),
-        }
+        self.scan_then(files, span, cached, Arc::new(|b| b))
+    }
+
+    /// [`Engine::scan`], each batch handed to `then` on the task that
+    /// decoded it (every core), ahead of whoever polls the results.
+    pub(crate) fn scan_then<T: Send + 'static>(
+        &self,
+        files: Vec<culprit_store::DataFile>,
+        span: (i64, i64),
+        cached: bool,
+        then: Then<T>,
+    ) -> futures::stream::BoxStream<'static, culprit_store::Result<T>> {
+        let cache = self.read_cache().filter(|_| cached).cloned();
+        self.store()
+            .scan_overlapping_then(files, None, span.0, span.1, cache, then)
     }
 
     /// The query index of `manifest`, read once per version.
@@ -1006,8 +1023,8 @@ impl Engine {
     }
 
     /// The `tasks` rows whose `[ready or launch, finish]` overlaps `span`,
-    /// but not `except` (rows already read): cut ahead, on a task of their
-    /// own, while the caller adds those before.
+    /// but not `except` (rows already read): cut ahead, on the tasks that
+    /// decode them, while the caller adds those before.
     fn tasks_overlapping(
         &self,
         manifest: &Manifest,
@@ -1017,20 +1034,21 @@ impl Engine {
     ) -> futures::stream::BoxStream<'static, Result<RecordBatch, Error>> {
         use futures::StreamExt;
         let files = manifest.files_of(Table::Tasks).cloned().collect();
-        let rows = self.scan(files, span, cached).filter_map(move |b| {
-            let kept = b.map_err(Error::from).and_then(|b| {
-                keep(
-                    &b,
-                    "launch_time",
-                    Some("ready_time"),
-                    "finish_time",
-                    span,
-                    except,
-                )
-            });
-            futures::future::ready(kept.transpose())
+        let cut: Then<Result<Option<RecordBatch>, Error>> = Arc::new(move |b| {
+            keep(
+                &b,
+                "launch_time",
+                Some("ready_time"),
+                "finish_time",
+                span,
+                except,
+            )
         });
-        ahead(rows.boxed())
+        self.scan_then(files, span, cached, cut)
+            .filter_map(|kept| {
+                futures::future::ready(kept.map_err(Error::from).and_then(|k| k).transpose())
+            })
+            .boxed()
     }
 }
 
@@ -1112,64 +1130,6 @@ fn time<'a>(b: &'a RecordBatch, column: &str) -> Option<&'a TimestampMicrosecond
         .and_then(|a| a.as_primitive_opt::<TimestampMicrosecondType>())
 }
 
-/// `rows` polled ahead by a task of their own, two items at most, so that
-/// what polling them does (waiting for the store's decoding tasks; for
-/// tasks, cutting them to the span; for window rows, matching them to
-/// their tasks) runs on one core while the caller folds what comes into
-/// its dataset on another. The task stops at the first error or
-/// when the caller drops the stream (a cancelled statement: it is
-/// aborted); if it fails (a panic), the stream ends with that error, never
-/// early as if the rows were all read.
-fn ahead<T, E>(
-    mut rows: futures::stream::BoxStream<'static, Result<T, E>>,
-) -> futures::stream::BoxStream<'static, Result<T, E>>
-where
-    T: Send + 'static,
-    E: From<culprit_store::StoreError> + Send + 'static,
-{
-    use futures::StreamExt;
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    let task = tokio::spawn(async move {
-        while let Some(b) = rows.next().await {
-            let failed = b.is_err();
-            if tx.send(b).await.is_err() || failed {
-                break;
-            }
-        }
-    });
-    struct Ahead<I> {
-        rx: tokio::sync::mpsc::Receiver<I>,
-        task: Option<tokio::task::JoinHandle<()>>,
-    }
-    impl<I> Drop for Ahead<I> {
-        fn drop(&mut self) {
-            if let Some(task) = &self.task {
-                task.abort();
-            }
-        }
-    }
-    let state = Ahead {
-        rx,
-        task: Some(task),
-    };
-    futures::stream::unfold(state, |mut a| async move {
-        if let Some(b) = a.rx.recv().await {
-            return Some((b, a));
-        }
-        let task = a.task.take()?;
-        match task.await {
-            Ok(()) => None,
-            Err(e) => Some((
-                Err(E::from(culprit_store::StoreError::Worker(format!(
-                    "reading rows ahead: {e}"
-                )))),
-                a,
-            )),
-        }
-    })
-    .boxed()
-}
-
 /// Adds the tasks of `rows` as they come (decoded and cut ahead),
 /// counted in `held`; room for about `expected` more tasks is made first
 /// (the query index's estimate: the vectors grow past it if need be).
@@ -1182,9 +1142,16 @@ async fn add_tasks(
     // A float past `usize` (a damaged index) saturates; `reserve_tasks`
     // caps what it makes room for.
     ds.reserve_tasks(ds.tasks.len().saturating_add(expected.max(0.0) as usize));
+    // What the dataset held before, and the tasks added since (counting
+    // the whole dataset for every batch walked every group of every host).
+    let (base, before) = (read_bytes(ds), ds.tasks.len());
     while let Some(b) = rows.try_next().await? {
         ds.add_tasks(&b);
-        count(held, ds);
+        let added = ds.tasks.len().saturating_sub(before);
+        grow_to(
+            held,
+            base.saturating_add(added.saturating_mul(CACHE_BYTES_PER_TASK)),
+        );
     }
     Ok(())
 }
@@ -1302,35 +1269,5 @@ impl Needs {
             })
             .collect();
         filtered(b, &mask, "host rows")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::StreamExt;
-
-    fn batch() -> RecordBatch {
-        RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()))
-    }
-
-    /// A reader that fails (a panic while decoding) ends the rows with an
-    /// error: the dataset is never taken as whole when it is not.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_failed_reader_ends_the_rows_with_an_error() {
-        let failing = futures::stream::unfold(0, |i| async move {
-            assert!(i < 2, "decoding failed");
-            Some((Ok::<_, culprit_store::StoreError>(batch()), i + 1))
-        })
-        .boxed();
-        let got: Vec<_> = ahead(failing).collect().await;
-        assert_eq!(got.len(), 3, "two batches, then the error");
-        assert!(got[..2].iter().all(|b| b.is_ok()));
-        let err = got[2].as_ref().unwrap_err().to_string();
-        assert!(err.contains("reading rows ahead"), "{err}");
-
-        let whole = futures::stream::iter((0..5).map(|_| Ok::<_, Error>(batch()))).boxed();
-        let got: Vec<_> = ahead(whole).collect().await;
-        assert!(got.len() == 5 && got.iter().all(|b| b.is_ok()));
     }
 }

@@ -7,21 +7,21 @@
 //! again and ages out. The cache holds at most its capacity in bytes (as
 //! Arrow counts its buffers); the least recently used entries are dropped
 //! first. A server asks it for the reads of one victim
-//! (`Store::scan_overlapping_cached`), so that questions about the same
+//! (`Store::scan_overlapping_cached`, `Store::scan_overlapping_then`), so that questions about the same
 //! stretch of time, asked again or by a neighbour, decode nothing; reads
 //! over every victim do not use it (they would only push everything out).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use crate::store::Footer;
 use arrow::record_batch::RecordBatch;
-use parquet::file::metadata::ParquetMetaData;
 
 /// What an entry holds.
 #[derive(Clone)]
 pub(crate) enum Cached {
     /// A file's footer.
-    Footer(Arc<ParquetMetaData>),
+    Footer(Footer),
     /// The rows of one row group, in one projection.
     Rows(Arc<Vec<RecordBatch>>),
 }
@@ -29,7 +29,7 @@ pub(crate) enum Cached {
 impl Cached {
     fn bytes(&self) -> usize {
         match self {
-            Cached::Footer(m) => m.memory_size(),
+            Cached::Footer(f) => f.bytes(),
             Cached::Rows(b) => b.iter().map(|b| b.get_array_memory_size()).sum(),
         }
     }

@@ -32,6 +32,6 @@ pub use store::{
     PAGES_TABLE, REPORTS_SCHEMA, RUN_DETAILS_TABLE,
 };
 pub use store::{
-    encoders, CommitInfo, DerivedWriter, PendingBatch, QuerySpan, Store, DEFAULT_STORE,
+    encoders, CommitInfo, DerivedWriter, PendingBatch, QuerySpan, Store, Then, DEFAULT_STORE,
     MANIFEST_GRACE,
 };
