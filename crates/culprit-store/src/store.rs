@@ -1063,13 +1063,20 @@ impl<T> Drop for Aborting<T> {
 }
 
 /// Row groups a time-pruned read decodes at once, each on a task of its
-/// own: one a core and one more, at most [`MAX_DECODERS`]. What they
-/// decode ahead of the reader is not counted in a memory budget: at most
-/// this many row groups and the one being handed out (a group is 4 Ki
-/// rows of tasks, window rows or host rows, about 0.3 MB of window rows),
-/// with what the reader's work on them gave (`Store::scan_overlapping_then`).
+/// own: four a core, at most [`MAX_DECODERS`]. A group's task waits for
+/// its bytes, then decodes them and does the reader's work on its rows
+/// (`Store::scan_overlapping_then`): with one a core and one more (three
+/// on two cores) the cores were idle a fifth of a focused read's time
+/// (docs/performance.md, twenty-third session). What they decode ahead of
+/// the reader is not counted in a memory budget: at most this many row
+/// groups and the one being handed out (a group is 4 Ki rows of tasks,
+/// window rows or host rows, about 0.3 MB of window rows), with what the
+/// reader's work on them gave.
 fn decoders() -> usize {
-    encoders().min(MAX_DECODERS)
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .saturating_mul(4)
+        .min(MAX_DECODERS)
 }
 
 /// The most row groups one read decodes at once, however many cores.
