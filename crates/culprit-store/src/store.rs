@@ -1066,12 +1066,12 @@ impl<T> Drop for Aborting<T> {
 /// own: four a core, at most [`MAX_DECODERS`]. A group's task waits for
 /// its bytes, then decodes them and does the reader's work on its rows
 /// (`Store::scan_overlapping_then`): with one a core and one more (three
-/// on two cores) the cores were idle a fifth of a focused read's time
-/// (docs/performance.md, twenty-third session). What they decode ahead of
-/// the reader is not counted in a memory budget: at most this many row
-/// groups and the one being handed out (a group is 4 Ki rows of tasks,
-/// window rows or host rows, about 0.3 MB of window rows), with what the
-/// reader's work on them gave.
+/// on two cores) the cores were idle a fifth of a focused read's window
+/// rows' time (docs/performance.md, twenty-third session). What they
+/// decode ahead of the reader is not counted in a memory budget: at most
+/// this many row groups and the one being handed out (a group is 4 Ki
+/// rows of tasks, window rows or host rows, about 0.3 MB of window rows),
+/// with what the reader's work on them gave.
 fn decoders() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get())
