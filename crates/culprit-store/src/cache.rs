@@ -7,7 +7,7 @@
 //! again and ages out. The cache holds at most its capacity in bytes (as
 //! Arrow counts its buffers); the least recently used entries are dropped
 //! first. A server asks it for the reads of one victim
-//! (`Store::scan_overlapping_cached`, `Store::scan_overlapping_then`), so that questions about the same
+//! (`Store::scan_overlapping_then`), so that questions about the same
 //! stretch of time, asked again or by a neighbour, decode nothing; reads
 //! over every victim do not use it (they would only push everything out).
 

@@ -469,40 +469,16 @@ impl Store {
         from: i64,
         to: i64,
     ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
-        self.scan_overlapping_with(files, columns, from, to, None)
+        self.scan_overlapping_then(files, columns, from, to, None, Arc::new(|b| b))
     }
 
-    /// [`Store::scan_overlapping`] through `cache`: footers and row groups
-    /// decoded before are taken from it, those decoded now are added to it
-    /// (whole row groups, before any row is filtered out).
-    pub fn scan_overlapping_cached(
-        &self,
-        files: Vec<DataFile>,
-        columns: Option<&[&str]>,
-        from: i64,
-        to: i64,
-        cache: &Arc<ReadCache>,
-    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
-        self.scan_overlapping_with(files, columns, from, to, Some(cache.clone()))
-    }
-
-    fn scan_overlapping_with(
-        &self,
-        files: Vec<DataFile>,
-        columns: Option<&[&str]>,
-        from: i64,
-        to: i64,
-        cache: Option<Arc<ReadCache>>,
-    ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
-        self.scan_overlapping_then(files, columns, from, to, cache, Arc::new(|b| b))
-    }
-
-    /// [`Store::scan_overlapping`] (through `cache` if given), each batch
-    /// handed to `then` on the task that decoded its row group or took it
-    /// from the cache: what the reader does with every batch (cutting,
-    /// matching rows to their tasks) runs on every core with the decoding,
-    /// not on the one that polls. The results come in the order of the
-    /// rows.
+    /// [`Store::scan_overlapping`], each batch handed to `then` on the task
+    /// that decoded its row group or took it from the cache: what the
+    /// reader does with every batch (cutting, matching rows to their tasks)
+    /// runs on every core with the decoding, not on the one that polls.
+    /// The results come in the order of the rows. Through `cache` if
+    /// given: footers and row groups decoded before are taken from it,
+    /// those decoded now are added to it (whole row groups, before `then`).
     pub fn scan_overlapping_then<T: Send + 'static>(
         &self,
         files: Vec<DataFile>,
@@ -3317,14 +3293,11 @@ pub(crate) mod tests {
             .collect()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_time_read_gives_the_overlapping_row_groups_of_every_file_in_order() {
-        // Three files of 10,000 host rows, from µs 0, 5,000 and 30,000, in
-        // row groups of 4,096: the row groups are decoded several at a
-        // time, and must come back file by file, group by group.
+    /// A store of one file of 10,000 host rows (`host_rows_from`) from
+    /// each µs of `bases`, each committed alone; its files in order.
+    async fn store_of_host_rows_from(bases: &[i64]) -> (Store, Vec<DataFile>) {
         let store = Store::open("memory://").unwrap();
-        let bases = [0i64, 5_000, 30_000];
-        for from in bases {
+        for &from in bases {
             let mut batch = store.begin();
             batch
                 .write(Table::HostWindows, &[host_rows_from(from, 10_000)])
@@ -3333,7 +3306,17 @@ pub(crate) mod tests {
             batch.commit().await.unwrap();
         }
         let m = store.manifest().await.unwrap();
-        let files: Vec<DataFile> = m.files_of(Table::HostWindows).cloned().collect();
+        let files = m.files_of(Table::HostWindows).cloned().collect();
+        (store, files)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_time_read_gives_the_overlapping_row_groups_of_every_file_in_order() {
+        // Three files of 10,000 host rows, from µs 0, 5,000 and 30,000, in
+        // row groups of 4,096: the row groups are decoded several at a
+        // time, and must come back file by file, group by group.
+        let bases = [0i64, 5_000, 30_000];
+        let (store, files) = store_of_host_rows_from(&bases).await;
         assert_eq!(files.len(), 3);
         let (from, to) = (4_000, 9_000);
         // From the input: of each file, the rows of its groups whose first
@@ -3352,7 +3335,9 @@ pub(crate) mod tests {
             let (store, files) = (store.clone(), files.clone());
             async move {
                 let rows = match cache {
-                    Some(c) => store.scan_overlapping_cached(files, None, a, b, &c),
+                    Some(c) => {
+                        store.scan_overlapping_then(files, None, a, b, Some(c), Arc::new(|b| b))
+                    }
                     None => store.scan_overlapping(files, None, a, b),
                 };
                 starts(&rows.try_collect::<Vec<_>>().await.unwrap())
@@ -3385,18 +3370,8 @@ pub(crate) mod tests {
     /// as if every row were read.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_reads_work_on_each_batch_comes_in_order_and_its_panic_fails_the_read() {
-        let store = Store::open("memory://").unwrap();
         let bases = [0i64, 5_000, 30_000];
-        for from in bases {
-            let mut batch = store.begin();
-            batch
-                .write(Table::HostWindows, &[host_rows_from(from, 10_000)])
-                .await
-                .unwrap();
-            batch.commit().await.unwrap();
-        }
-        let m = store.manifest().await.unwrap();
-        let files: Vec<DataFile> = m.files_of(Table::HostWindows).cloned().collect();
+        let (store, files) = store_of_host_rows_from(&bases).await;
         // From the input: each file's groups of 4,096 rows, in order, each
         // with its first µs and its rows.
         let want: Vec<(i64, usize)> = bases
