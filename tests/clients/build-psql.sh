@@ -19,6 +19,13 @@ cd "postgresql-${version}"
 # The generated headers first, alone: psql's own parallel make may compile
 # command.c before catalog/pg_class_d.h exists (seen on a fresh machine).
 make -C src/backend generated-headers >make.log 2>&1 || { tail -40 make.log; exit 1; }
+# Then the libraries psql links, one folder at a time: psql's own make
+# builds them through two submakes (libpgport's and libpq's), which with
+# -j2 can run in src/common at once and race on its archives (seen on a
+# fresh machine: "ar: unable to copy file 'libpgcommon_srv.a'").
+for dir in src/port src/common src/interfaces/libpq; do
+  make -j2 -C "$dir" >>make.log 2>&1 || { tail -40 make.log; exit 1; }
+done
 make -j2 -C src/bin/psql >>make.log 2>&1 || { tail -40 make.log; exit 1; }
 make -C src/interfaces/libpq install >>make.log 2>&1
 make -C src/bin/psql install >>make.log 2>&1
