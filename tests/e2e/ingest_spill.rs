@@ -209,3 +209,189 @@ async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
     let got = sql(&store_s, "SELECT count(*) FROM task_windows");
     assert_eq!(got[0] as usize, n_windows);
 }
+
+/// The value of `column` (µs) of row `row` of `batches`, in ms.
+fn ms_at(batches: &[RecordBatch], column: &str, mut row: usize) -> i64 {
+    for b in batches {
+        if row < b.num_rows() {
+            let c = b.column_by_name(column).unwrap();
+            return c.as_primitive::<TimestampMicrosecondType>().value(row) / 1000;
+        }
+        row -= b.num_rows();
+    }
+    panic!("no row {row}")
+}
+
+/// The text of `column` of row `row` of `batches`.
+fn text_at(batches: &[RecordBatch], column: &str, mut row: usize) -> String {
+    for b in batches {
+        if row < b.num_rows() {
+            let c = b.column_by_name(column).unwrap().as_string::<i32>();
+            return c.value(row).to_string();
+        }
+        row -= b.num_rows();
+    }
+    panic!("no row {row}")
+}
+
+/// An ingest into a store reads the stored tasks of its own rows' times
+/// (and of the stored spans of the queries its task rows name), not every
+/// stored task (issue #17: a few files arriving at a store of 1e7 tasks
+/// read all of them, seconds for every file `--watch` saw). Rows of a new
+/// query after the store's time read none: nothing is spilled, where the
+/// 20,000 stored tasks, 250 at a time in the index, spilled 80 times. The
+/// checks that need stored tasks still hold: a stored task given again at
+/// another time of its query is already stored (nothing added), a window of
+/// a stored task inside its run is added (a log read again as it grew), and
+/// one far from every run of that id is rejected, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_reads_the_stored_tasks_of_its_own_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tmp.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let input = tmp.path().join("in");
+    let input_s = input.to_str().unwrap();
+    run_ok(&[
+        "generate", "--out", input_s, "--tasks", "20000", "--hosts", "20",
+    ]);
+    let tasks = read(&input.join("tasks.parquet"));
+    let n_windows = rows(&read(&input.join("task_windows.parquet")));
+    let n_tasks = rows(&tasks);
+    let store = tmp.path().join("store");
+    let store_s = store.to_str().unwrap().to_string();
+    let memory = ["--memory-tasks", "1000"];
+    let said = ingest(
+        &scratch,
+        &[&["--store", &store_s], &memory[..], &[input_s]].concat(),
+    );
+    assert!(said.contains("rejected 0"), "{said}");
+
+    // A task in the middle of the store, and a time an hour after its end.
+    let t0 = text_at(&tasks, "task_id", 10_000);
+    let q0 = text_at(&tasks, "query_id", 10_000);
+    let (launch, finish) = (
+        ms_at(&tasks, "launch_time", 10_000),
+        ms_at(&tasks, "finish_time", 10_000),
+    );
+    let end = (0..n_tasks)
+        .map(|i| ms_at(&tasks, "finish_time", i))
+        .max()
+        .unwrap();
+    let late = end + 3_600_000;
+
+    // A new query after the store's time: no stored task is read.
+    let new = tmp.path().join("new");
+    std::fs::create_dir_all(&new).unwrap();
+    std::fs::write(
+        new.join("tasks.csv"),
+        format!(
+            "task_id,query_id,stage_id,host,launch_time,finish_time\n\
+             late-t,late-q,0,h1,{late},{}\n",
+            late + 2000
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        new.join("task_windows.jsonl"),
+        format!(
+            "{{\"task_id\":\"late-t\",\"window_start\":{},\"window_end\":{},\"resource\":\"cpu\",\"blocked\":0,\"acquired\":1}}\n",
+            late + 100,
+            late + 1100
+        ),
+    )
+    .unwrap();
+    let said = ingest(
+        &scratch,
+        &[
+            &["--store", &store_s],
+            &memory[..],
+            &[new.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(
+        said.contains("task_windows 1, tasks 1; rejected 0"),
+        "{said}"
+    );
+    assert!(!said.contains("spilled"), "stored tasks read: {said}");
+
+    // The stored task again, at another time of its query: already stored.
+    let again = tmp.path().join("again");
+    std::fs::create_dir_all(&again).unwrap();
+    std::fs::write(
+        again.join("tasks.csv"),
+        format!(
+            "task_id,query_id,stage_id,host,launch_time,finish_time\n\
+             {t0},{q0},0,h1,{},{}\n",
+            late + 10_000,
+            late + 12_000
+        ),
+    )
+    .unwrap();
+    let said = ingest(
+        &scratch,
+        &[
+            &["--store", &store_s],
+            &memory[..],
+            &[again.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(said.contains("no new rows"), "{said}");
+    assert!(said.contains("rejected 0; 1 rows already stored"), "{said}");
+
+    // Windows of the stored task, each ingest alone: one in its run, added;
+    // one far from every run of that id, rejected.
+    let window = |name: &str, from: i64, to: i64, blocked: f64| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("task_windows.jsonl");
+        std::fs::write(
+            &file,
+            format!(
+                "{{\"task_id\":\"{t0}\",\"window_start\":{from},\"window_end\":{to},\"resource\":\"cpu\",\"blocked\":{blocked},\"acquired\":1}}\n"
+            ),
+        )
+        .unwrap();
+        (dir, file)
+    };
+    let (inside, _) = window("inside", launch + 1, finish - 1, 0.4321);
+    let said = ingest(
+        &scratch,
+        &[
+            &["--store", &store_s],
+            &memory[..],
+            &[inside.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(said.contains("task_windows 1; rejected 0"), "{said}");
+    let (far, file) = window("far", late + 10_100, late + 10_200, 0.0);
+    let said = ingest(
+        &scratch,
+        &[
+            &["--store", &store_s],
+            &memory[..],
+            &[far.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let want = format!(
+        "{}: line 1: unknown task id '{t0}' (no task of that id in this ingest, nor stored \
+         running at the row's time)",
+        file.display()
+    );
+    assert!(said.contains(&want), "missing {want}:\n{said}");
+    assert!(said.contains("no new rows; rejected 1"), "{said}");
+
+    // Every row once: the input's, the new query's, the window added.
+    let got = sql(&store_s, "SELECT count(*) FROM tasks");
+    assert_eq!(got[0] as usize, n_tasks + 1, "{got:?}");
+    let got = sql(
+        &store_s,
+        &format!("SELECT count(*) FROM task_windows WHERE task_id = '{t0}' AND blocked = 0.4321"),
+    );
+    assert_eq!(got[0] as usize, 1, "{got:?}");
+    let got = sql(&store_s, "SELECT count(*) FROM task_windows");
+    assert_eq!(got[0] as usize, n_windows + 2, "{got:?}");
+}

@@ -195,7 +195,8 @@ pub async fn ingest(
     let (work, candidates) = sort_sources(sources, opts, &mut report);
     let logs = spark::group(candidates);
     let manifest = store.manifest().await?;
-    let mut known = index_stored(store, &manifest, &work, &logs, opts.memory_tasks).await?;
+    let (mut known, stored_tasks) =
+        index_stored(store, &manifest, &work, &logs, opts.memory_tasks).await?;
     known.tasks.expect(expected_tasks(&work));
 
     let (files, bytes) = total_size(&work, &logs);
@@ -208,6 +209,7 @@ pub async fn ingest(
         last_part: None,
         hosts_written: HostsWritten::default(),
         manifest: &manifest,
+        stored_tasks,
         known: &mut known,
         report: &mut report,
         progress,
@@ -274,14 +276,20 @@ fn sort_sources(
 /// What the store already holds that the checks of these inputs need: the
 /// runs of stored tasks (for windows) and the keys of the keyed tables
 /// they write (for duplicates). An event log writes every keyed table.
+///
+/// The stored tasks are read as the rows checked need them, by time
+/// ([`StoredTasks`]), when the store has a complete query index; without
+/// one (a store written before it, or rows expired since), every stored
+/// task is read here, before the inputs.
 async fn index_stored(
     store: &Store,
     manifest: &culprit_store::Manifest,
     work: &[TableFile],
     logs: &[LogUnit],
     memory_tasks: usize,
-) -> Result<Known> {
+) -> Result<(Known, StoredTasks)> {
     let mut known = Known::new(memory_tasks);
+    let mut stored_tasks = StoredTasks::default();
     let mut tables: HashSet<Table> = work.iter().map(|(t, _, _)| *t).collect();
     if !logs.is_empty() {
         tables.extend([
@@ -292,12 +300,16 @@ async fn index_stored(
         ]);
     }
     if tables.contains(&Table::Tasks) || tables.contains(&Table::TaskWindows) {
-        let cols = ["task_id", "launch_time", "finish_time", "ready_time"];
-        let mut stored = store.scan_table(manifest, Table::Tasks, Some(&cols));
-        while let Some(batch) = stored.try_next().await? {
-            validate::index_tasks(std::slice::from_ref(&batch), &mut known);
-            if let Some(e) = known.tasks.take_error() {
-                return Err(e.into());
+        if let Some(spans) = store.query_spans(manifest).await? {
+            known.stored_by_time = true;
+            stored_tasks.spans = Some(spans);
+        } else {
+            let mut stored = store.scan_table(manifest, Table::Tasks, Some(&STORED_TASK_COLUMNS));
+            while let Some(batch) = stored.try_next().await? {
+                validate::index_tasks(std::slice::from_ref(&batch), &mut known, &|_, _| true);
+                if let Some(e) = known.tasks.take_error() {
+                    return Err(e.into());
+                }
             }
         }
     }
@@ -313,7 +325,75 @@ async fn index_stored(
             }
         }
     }
-    Ok(known)
+    Ok((known, stored_tasks))
+}
+
+/// The columns of a stored task its checks need.
+const STORED_TASK_COLUMNS: [&str; 4] = ["task_id", "launch_time", "finish_time", "ready_time"];
+
+/// The stored tasks an ingest reads as its rows need them: those that
+/// run in the times of the rows checked, and for task rows in the stored
+/// spans of their queries ([`validate::Converted::task_times`],
+/// [`validate::Converted::task_queries`]), each time read once. An ingest
+/// into a large store then reads the stored tasks of its own time, not
+/// every task of the store (a few files arriving to a store of 1e7 tasks
+/// read all 1e7 of them, seconds for every file `--watch` sees).
+///
+/// A window lies in its task's run (its check), so a stored task a window
+/// row names runs in the row's time; a task row stored before, the same
+/// task, runs in its own time and in its query's stored span.
+#[derive(Default)]
+struct StoredTasks {
+    /// The query index (per query, its stored tasks' span), `None` when
+    /// every stored task was read before the inputs ([`index_stored`]).
+    spans: Option<std::collections::HashMap<String, culprit_store::QuerySpan>>,
+    /// The times whose stored tasks are in the task index: sorted, apart.
+    read: Vec<(i64, i64)>,
+}
+
+impl StoredTasks {
+    /// The parts of `[a, b]` not read yet.
+    fn unread(&self, (a, b): (i64, i64)) -> Vec<(i64, i64)> {
+        let mut pieces = Vec::new();
+        let mut from = a;
+        for &(x, y) in &self.read {
+            if y < from {
+                continue;
+            }
+            if x > b {
+                break;
+            }
+            if x > from {
+                pieces.push((from, x - 1));
+            }
+            from = from.max(y.saturating_add(1));
+            if from > b {
+                return pieces;
+            }
+        }
+        pieces.push((from, b));
+        pieces
+    }
+
+    /// Whether a run `[first, last]` overlaps the times read.
+    fn was_read(&self, first: i64, last: i64) -> bool {
+        self.read.iter().any(|&(x, y)| first <= y && x <= last)
+    }
+
+    /// Notes `[a, b]` as read (merged with the times it touches).
+    fn note(&mut self, (a, b): (i64, i64)) {
+        let (mut a, mut b) = (a, b);
+        self.read.retain(|&(x, y)| {
+            let apart = y.saturating_add(1) < a || b.saturating_add(1) < x;
+            if !apart {
+                a = a.min(x);
+                b = b.max(y);
+            }
+            apart
+        });
+        let at = self.read.partition_point(|&(x, _)| x < a);
+        self.read.insert(at, (a, b));
+    }
 }
 
 /// The task rows the local Parquet `tasks` files hold, by their footers
@@ -582,6 +662,8 @@ struct Ctx<'a> {
     /// The hosts of the `host_windows` rows written so far.
     hosts_written: HostsWritten,
     manifest: &'a culprit_store::Manifest,
+    /// The stored tasks read so far, when they are read as rows need them.
+    stored_tasks: StoredTasks,
     known: &'a mut Known,
     report: &'a mut IngestReport,
     progress: &'a dyn Progress,
@@ -625,7 +707,13 @@ impl Ctx<'_> {
         if raw.len() == 0 && raw.unreadable.is_empty() && duplicates == BatchDuplicates::Skip {
             return Ok(true); // a log with nothing for this table
         }
-        let checked = validate::check(table, raw, file, self.known, duplicates);
+        let checked = match validate::convert_rows(table, raw) {
+            Ok(converted) => {
+                self.read_stored_tasks(&converted).await?;
+                validate::check_converted(converted, file, self.known, duplicates)
+            }
+            Err(reason) => Err(reason),
+        };
         if let Some(e) = self.known.tasks.take_error() {
             return Err(e.into());
         }
@@ -665,6 +753,50 @@ impl Ctx<'_> {
             self.write(table, buffer).await?;
         }
         Ok(true)
+    }
+
+    /// Reads the stored tasks the checks of `rows` need and has not read
+    /// yet into the task index ([`StoredTasks`]).
+    async fn read_stored_tasks(&mut self, rows: &validate::Converted) -> Result<()> {
+        let Some(spans) = &self.stored_tasks.spans else {
+            return Ok(()); // every stored task was read before the inputs
+        };
+        let mut wanted: Vec<(i64, i64)> = rows.task_times().into_iter().collect();
+        wanted.extend(
+            rows.task_queries()
+                .into_iter()
+                .filter_map(|q| spans.get(q))
+                .map(|s| (s.first, s.last)),
+        );
+        let files: Vec<culprit_store::DataFile> =
+            self.manifest.files_of(Table::Tasks).cloned().collect();
+        for want in wanted {
+            for (from, to) in self.stored_tasks.unread(want) {
+                if !files.is_empty() {
+                    let mut stored = self.store.scan_overlapping(
+                        files.clone(),
+                        Some(&STORED_TASK_COLUMNS),
+                        from,
+                        to,
+                    );
+                    // Of the row groups read, the tasks of this piece not
+                    // read with an earlier one (the index keeps one record
+                    // a task).
+                    let read = &self.stored_tasks;
+                    let keep = |first: i64, last: i64| {
+                        first <= to && from <= last && !read.was_read(first, last)
+                    };
+                    while let Some(batch) = stored.try_next().await? {
+                        validate::index_tasks(std::slice::from_ref(&batch), self.known, &keep);
+                        if let Some(e) = self.known.tasks.take_error() {
+                            return Err(e.into());
+                        }
+                    }
+                }
+                self.stored_tasks.note((from, to));
+            }
+        }
+        Ok(())
     }
 
     /// Writes checked rows of a table to the batch; window rows whose

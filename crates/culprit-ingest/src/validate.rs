@@ -76,6 +76,9 @@ pub struct Known {
     /// The files named by places.
     pub files: Vec<String>,
     file_index: HashMap<String, u32>,
+    /// Only the stored tasks of the times the rows checked need are in
+    /// `tasks` (read as the rows come), not every stored task.
+    pub stored_by_time: bool,
 }
 
 impl Known {
@@ -128,22 +131,94 @@ pub enum BatchDuplicates {
     Skip,
 }
 
-/// Checks the raw rows of one file (`file`, for the place of a key's first
-/// row) as `table`: converts each column, rejects every row that breaks a
-/// rule (with the first rule it breaks), skips rows already stored, and
-/// records the accepted keys and tasks in `known` for the files after it.
-/// An error rejects the whole file (a required column missing, a column
-/// that cannot be read as its type).
-pub fn check(
+/// The raw rows of one file converted to their table's types
+/// ([`convert_rows`]), before anything known is looked at.
+pub struct Converted {
     table: Table,
     raw: RawRows,
+    columns: Vec<ArrayRef>,
+    reasons: Reasons,
+}
+
+/// Checks the raw rows of one file as `table`, first step: every column
+/// converted, the rows whose values do not convert rejected (an error
+/// rejects the whole file: a required column missing, a column that cannot
+/// be read as its type). Then [`check_converted`].
+pub fn convert_rows(table: Table, raw: RawRows) -> Result<Converted, String> {
+    let mut reasons = Reasons::new(raw.len());
+    let columns = convert_columns(table, &raw, &mut reasons)?;
+    Ok(Converted {
+        table,
+        raw,
+        columns,
+        reasons,
+    })
+}
+
+impl Converted {
+    /// The times in which the stored tasks these rows' checks look up
+    /// run: for `tasks`, the earliest ready or launch time to the latest
+    /// finish of the rows (a task stored with the same id, the same task,
+    /// runs then); for `task_windows`, the earliest start to the latest end
+    /// (a window lies in its task's run). `None` for the other tables and
+    /// for rows without times.
+    pub fn task_times(&self) -> Option<(i64, i64)> {
+        use arrow::compute::{max, min};
+        let view = Columns {
+            table: self.table,
+            arrays: &self.columns,
+        };
+        let (first, last) = match self.table {
+            Table::Tasks => {
+                let launch = min(view.time("launch_time"));
+                let ready = min(view.time("ready_time"));
+                let first = match (launch, ready) {
+                    (Some(l), Some(r)) => Some(l.min(r)),
+                    (l, r) => l.or(r),
+                };
+                (first, max(view.time("finish_time")))
+            }
+            Table::TaskWindows => (min(view.time("window_start")), max(view.time("window_end"))),
+            _ => return None,
+        };
+        Some((first?, last?))
+    }
+
+    /// The queries the `tasks` rows name (none for other tables): a task
+    /// stored with the same id runs in its query's stored span.
+    pub fn task_queries(&self) -> Vec<&str> {
+        if self.table != Table::Tasks {
+            return Vec::new();
+        }
+        let column = self.table.column_index("query_id").expect("known column");
+        let ids = self.columns[column].as_string::<i32>();
+        let mut queries: Vec<&str> = (0..ids.len())
+            .filter(|&i| ids.is_valid(i))
+            .map(|i| ids.value(i))
+            .collect();
+        queries.sort_unstable();
+        queries.dedup();
+        queries
+    }
+}
+
+/// Checks converted rows of one file (`file`, for the place of a key's
+/// first row), second step: rejects every row that breaks a rule (with
+/// the first rule it breaks), skips rows already stored, and records the
+/// accepted keys and tasks in `known` for the files after it.
+pub fn check_converted(
+    converted: Converted,
     file: &str,
     known: &mut Known,
     duplicates: BatchDuplicates,
 ) -> Result<Checked, String> {
+    let Converted {
+        table,
+        raw,
+        columns,
+        mut reasons,
+    } = converted;
     let rows = raw.len();
-    let mut reasons = Reasons::new(rows);
-    let columns = convert_columns(table, &raw, &mut reasons)?;
     let view = Columns {
         table,
         arrays: &columns,
@@ -376,7 +451,18 @@ fn check_windows_in_tasks(
             }
         };
         let Some(span) = span else {
-            reasons.reject(i, format!("unknown task id '{id}'"));
+            // Only the stored tasks of the rows' times are read (the
+            // driver's `StoredTasks`): one of this id stored in another
+            // time is not known, and the row lies outside its run anyway.
+            let reason = if known.stored_by_time {
+                format!(
+                    "unknown task id '{id}' (no task of that id in this ingest, nor stored \
+                     running at the row's time)"
+                )
+            } else {
+                format!("unknown task id '{id}'")
+            };
+            reasons.reject(i, reason);
             continue;
         };
         *bucket = span.bucket;
@@ -525,8 +611,9 @@ fn batch_time(
         .clone()
 }
 
-/// Builds a [`TaskSpan`] index from stored task rows.
-pub fn index_tasks(batches: &[RecordBatch], known: &mut Known) {
+/// Builds a [`TaskSpan`] index from stored task rows, of those whose run
+/// (earliest ready or launch time to finish) `keep` keeps.
+pub fn index_tasks(batches: &[RecordBatch], known: &mut Known, keep: &dyn Fn(i64, i64) -> bool) {
     for b in batches {
         let ids = b
             .column_by_name("task_id")
@@ -538,6 +625,13 @@ pub fn index_tasks(batches: &[RecordBatch], known: &mut Known) {
             batch_time(b, "ready_time"),
         );
         for i in 0..b.num_rows() {
+            let first = match ready.is_valid(i) {
+                true => ready.value(i).min(launch.value(i)),
+                false => launch.value(i),
+            };
+            if !keep(first, finish.value(i)) {
+                continue;
+            }
             let id = crate::identity::key_digest(&[ids.value(i)]);
             known.tasks.insert_stored(
                 id,
