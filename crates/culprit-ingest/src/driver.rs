@@ -279,7 +279,8 @@ fn sort_sources(
 ///
 /// The stored tasks are read as the rows checked need them, by time
 /// ([`StoredTasks`]), when the store has a complete query index; without
-/// one (a store written before it, or rows expired since), every stored
+/// one (its task counts do not add up to the stored tasks: a store an
+/// older culprit wrote, until `culprit compact` rebuilds it), every stored
 /// task is read here, before the inputs.
 async fn index_stored(
     store: &Store,
@@ -301,7 +302,9 @@ async fn index_stored(
     }
     if tables.contains(&Table::Tasks) || tables.contains(&Table::TaskWindows) {
         if let Some(spans) = store.query_spans(manifest).await? {
-            known.stored_by_time = true;
+            // The message of an unknown task says why only where a task
+            // of that id may be stored at another time.
+            known.stored_by_time = manifest.rows_of(Table::Tasks) > 0;
             stored_tasks.spans = Some(spans);
         } else {
             let mut stored = store.scan_table(manifest, Table::Tasks, Some(&STORED_TASK_COLUMNS));
@@ -366,10 +369,10 @@ impl StoredTasks {
             if x > from {
                 pieces.push((from, x - 1));
             }
-            from = from.max(y.saturating_add(1));
-            if from > b {
+            if y >= b {
                 return pieces;
             }
+            from = from.max(y + 1);
         }
         pieces.push((from, b));
         pieces
@@ -377,7 +380,9 @@ impl StoredTasks {
 
     /// Whether a run `[first, last]` overlaps the times read.
     fn was_read(&self, first: i64, last: i64) -> bool {
-        self.read.iter().any(|&(x, y)| first <= y && x <= last)
+        // The first time read that ends at or after `first`.
+        let at = self.read.partition_point(|&(_, y)| y < first);
+        self.read.get(at).is_some_and(|&(x, _)| x <= last)
     }
 
     /// Notes `[a, b]` as read (merged with the times it touches).
@@ -1671,7 +1676,55 @@ impl Ctx<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::sort_digests;
+    use super::{sort_digests, StoredTasks};
+
+    proptest::proptest! {
+        /// The times an ingest has read stored tasks of, against a plain
+        /// set of the instants noted (sixteen, also at either end of
+        /// `i64`): what is left unread of a want is exactly
+        /// its instants not noted, in order and apart, and a run was read
+        /// exactly when one of its instants was noted.
+        #[test]
+        fn stored_times_read_are_the_instants_noted(
+            noted in proptest::collection::vec((0i64..16, 0i64..4), 0..6),
+            wants in proptest::collection::vec((0i64..16, 0i64..16), 1..8),
+            shift in proptest::sample::select(vec![0i64, i64::MAX - 15, i64::MIN]),
+        ) {
+            let at = |t: i64| t.wrapping_add(shift);
+            let mut read = StoredTasks::default();
+            let mut plain = [false; 16];
+            for &(a, len) in &noted {
+                let b = (a + len).min(15);
+                read.note((at(a), at(b)));
+                for t in a..=b {
+                    plain[t as usize] = true;
+                }
+            }
+            for w in read.read.windows(2) {
+                // Sorted, apart (not even touching).
+                proptest::prop_assert!(w[0].1 < w[1].0 && w[0].1 + 1 < w[1].0);
+            }
+            for &(a, len) in &wants {
+                let b = (a + len).min(15);
+                let mut want_pieces = Vec::new();
+                let mut t = a;
+                while t <= b {
+                    if plain[t as usize] {
+                        t += 1;
+                        continue;
+                    }
+                    let from = t;
+                    while t <= b && !plain[t as usize] {
+                        t += 1;
+                    }
+                    want_pieces.push((at(from), at(t - 1)));
+                }
+                proptest::prop_assert_eq!(read.unread((at(a), at(b))), want_pieces);
+                let was = (a..=b).any(|t| plain[t as usize]);
+                proptest::prop_assert_eq!(read.was_read(at(a), at(b)), was);
+            }
+        }
+    }
 
     #[test]
     fn digests_sort_as_a_comparison_sort_does() {

@@ -181,7 +181,8 @@ impl Converted {
             Table::TaskWindows => (min(view.time("window_start")), max(view.time("window_end"))),
             _ => return None,
         };
-        Some((first?, last?))
+        let (first, last) = (first?, last?);
+        (first <= last).then_some((first, last))
     }
 
     /// The queries the `tasks` rows name (none for other tables): a task
