@@ -210,28 +210,30 @@ async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
     assert_eq!(got[0] as usize, n_windows);
 }
 
-/// The value of `column` (µs) of row `row` of `batches`, in ms.
-fn ms_at(batches: &[RecordBatch], column: &str, mut row: usize) -> i64 {
+/// The batch of `batches` that holds row `row` of them all, and the row's
+/// place in it.
+fn locate(batches: &[RecordBatch], mut row: usize) -> (&RecordBatch, usize) {
     for b in batches {
         if row < b.num_rows() {
-            let c = b.column_by_name(column).unwrap();
-            return c.as_primitive::<TimestampMicrosecondType>().value(row) / 1000;
+            return (b, row);
         }
         row -= b.num_rows();
     }
     panic!("no row {row}")
 }
 
+/// The value of `column` (µs) of row `row` of `batches`, in ms.
+fn ms_at(batches: &[RecordBatch], column: &str, row: usize) -> i64 {
+    let (b, i) = locate(batches, row);
+    let c = b.column_by_name(column).unwrap();
+    c.as_primitive::<TimestampMicrosecondType>().value(i) / 1000
+}
+
 /// The text of `column` of row `row` of `batches`.
-fn text_at(batches: &[RecordBatch], column: &str, mut row: usize) -> String {
-    for b in batches {
-        if row < b.num_rows() {
-            let c = b.column_by_name(column).unwrap().as_string::<i32>();
-            return c.value(row).to_string();
-        }
-        row -= b.num_rows();
-    }
-    panic!("no row {row}")
+fn text_at(batches: &[RecordBatch], column: &str, row: usize) -> String {
+    let (b, i) = locate(batches, row);
+    let c = b.column_by_name(column).unwrap().as_string::<i32>();
+    c.value(i).to_string()
 }
 
 /// An ingest into a store reads the stored tasks of its own rows' times
@@ -259,10 +261,23 @@ async fn an_ingest_reads_the_stored_tasks_of_its_own_time() {
     let n_tasks = rows(&tasks);
     let store = tmp.path().join("store");
     let store_s = store.to_str().unwrap().to_string();
-    let memory = ["--memory-tasks", "1000"];
+    // A folder of `files` (name, text), ingested with 1,000 tasks held in
+    // memory (the rest spilled 250 at a time): what the ingest said.
+    let ingest_files = |name: &str, files: &[(&str, String)]| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (file, text) in files {
+            std::fs::write(dir.join(file), text).unwrap();
+        }
+        let dir = dir.to_str().unwrap().to_string();
+        ingest(
+            &scratch,
+            &["--store", &store_s, "--memory-tasks", "1000", &dir],
+        )
+    };
     let said = ingest(
         &scratch,
-        &[&["--store", &store_s], &memory[..], &[input_s]].concat(),
+        &["--store", &store_s, "--memory-tasks", "1000", input_s],
     );
     assert!(said.contains("rejected 0"), "{said}");
 
@@ -273,41 +288,35 @@ async fn an_ingest_reads_the_stored_tasks_of_its_own_time() {
         ms_at(&tasks, "launch_time", 10_000),
         ms_at(&tasks, "finish_time", 10_000),
     );
-    let end = (0..n_tasks)
-        .map(|i| ms_at(&tasks, "finish_time", i))
+    let end = tasks
+        .iter()
+        .filter_map(|b| {
+            let c = b.column_by_name("finish_time").unwrap();
+            arrow::compute::max(c.as_primitive::<TimestampMicrosecondType>())
+        })
         .max()
-        .unwrap();
+        .unwrap()
+        / 1000;
     let late = end + 3_600_000;
+    let task_row = |id: &str, query: &str, from: i64, to: i64| {
+        format!("task_id,query_id,stage_id,host,launch_time,finish_time\n{id},{query},0,h1,{from},{to}\n")
+    };
+    let window_row = |id: &str, from: i64, to: i64, blocked: f64| {
+        format!(
+            "{{\"task_id\":\"{id}\",\"window_start\":{from},\"window_end\":{to},\"resource\":\"cpu\",\"blocked\":{blocked},\"acquired\":1}}\n"
+        )
+    };
 
     // A new query after the store's time: no stored task is read.
-    let new = tmp.path().join("new");
-    std::fs::create_dir_all(&new).unwrap();
-    std::fs::write(
-        new.join("tasks.csv"),
-        format!(
-            "task_id,query_id,stage_id,host,launch_time,finish_time\n\
-             late-t,late-q,0,h1,{late},{}\n",
-            late + 2000
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        new.join("task_windows.jsonl"),
-        format!(
-            "{{\"task_id\":\"late-t\",\"window_start\":{},\"window_end\":{},\"resource\":\"cpu\",\"blocked\":0,\"acquired\":1}}\n",
-            late + 100,
-            late + 1100
-        ),
-    )
-    .unwrap();
-    let said = ingest(
-        &scratch,
+    let said = ingest_files(
+        "new",
         &[
-            &["--store", &store_s],
-            &memory[..],
-            &[new.to_str().unwrap()],
-        ]
-        .concat(),
+            ("tasks.csv", task_row("late-t", "late-q", late, late + 2000)),
+            (
+                "task_windows.jsonl",
+                window_row("late-t", late + 100, late + 1100, 0.0),
+            ),
+        ],
     );
     assert!(
         said.contains("task_windows 1, tasks 1; rejected 0"),
@@ -316,66 +325,34 @@ async fn an_ingest_reads_the_stored_tasks_of_its_own_time() {
     assert!(!said.contains("spilled"), "stored tasks read: {said}");
 
     // The stored task again, at another time of its query: already stored.
-    let again = tmp.path().join("again");
-    std::fs::create_dir_all(&again).unwrap();
-    std::fs::write(
-        again.join("tasks.csv"),
-        format!(
-            "task_id,query_id,stage_id,host,launch_time,finish_time\n\
-             {t0},{q0},0,h1,{},{}\n",
-            late + 10_000,
-            late + 12_000
-        ),
-    )
-    .unwrap();
-    let said = ingest(
-        &scratch,
-        &[
-            &["--store", &store_s],
-            &memory[..],
-            &[again.to_str().unwrap()],
-        ]
-        .concat(),
+    let said = ingest_files(
+        "again",
+        &[(
+            "tasks.csv",
+            task_row(&t0, &q0, late + 10_000, late + 12_000),
+        )],
     );
     assert!(said.contains("no new rows"), "{said}");
     assert!(said.contains("rejected 0; 1 rows already stored"), "{said}");
 
     // Windows of the stored task, each ingest alone: one in its run, added;
     // one far from every run of that id, rejected.
-    let window = |name: &str, from: i64, to: i64, blocked: f64| {
-        let dir = tmp.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("task_windows.jsonl");
-        std::fs::write(
-            &file,
-            format!(
-                "{{\"task_id\":\"{t0}\",\"window_start\":{from},\"window_end\":{to},\"resource\":\"cpu\",\"blocked\":{blocked},\"acquired\":1}}\n"
-            ),
-        )
-        .unwrap();
-        (dir, file)
-    };
-    let (inside, _) = window("inside", launch + 1, finish - 1, 0.4321);
-    let said = ingest(
-        &scratch,
-        &[
-            &["--store", &store_s],
-            &memory[..],
-            &[inside.to_str().unwrap()],
-        ]
-        .concat(),
+    let said = ingest_files(
+        "inside",
+        &[(
+            "task_windows.jsonl",
+            window_row(&t0, launch + 1, finish - 1, 0.4321),
+        )],
     );
     assert!(said.contains("task_windows 1; rejected 0"), "{said}");
-    let (far, file) = window("far", late + 10_100, late + 10_200, 0.0);
-    let said = ingest(
-        &scratch,
-        &[
-            &["--store", &store_s],
-            &memory[..],
-            &[far.to_str().unwrap()],
-        ]
-        .concat(),
+    let said = ingest_files(
+        "far",
+        &[(
+            "task_windows.jsonl",
+            window_row(&t0, late + 10_100, late + 10_200, 0.0),
+        )],
     );
+    let file = tmp.path().join("far").join("task_windows.jsonl");
     let want = format!(
         "{}: line 1: unknown task id '{t0}' (no task of that id in this ingest, nor stored \
          running at the row's time)",

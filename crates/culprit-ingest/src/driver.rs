@@ -306,6 +306,7 @@ async fn index_stored(
             // of that id may be stored at another time.
             known.stored_by_time = manifest.rows_of(Table::Tasks) > 0;
             stored_tasks.spans = Some(spans);
+            stored_tasks.files = manifest.files_of(Table::Tasks).cloned().collect();
         } else {
             let mut stored = store.scan_table(manifest, Table::Tasks, Some(&STORED_TASK_COLUMNS));
             while let Some(batch) = stored.try_next().await? {
@@ -350,6 +351,8 @@ struct StoredTasks {
     /// The query index (per query, its stored tasks' span), `None` when
     /// every stored task was read before the inputs ([`index_stored`]).
     spans: Option<std::collections::HashMap<String, culprit_store::QuerySpan>>,
+    /// The stored `tasks` files (of the ingest's manifest).
+    files: Vec<culprit_store::DataFile>,
     /// The times whose stored tasks are in the task index: sorted, apart.
     read: Vec<(i64, i64)>,
 }
@@ -773,13 +776,11 @@ impl Ctx<'_> {
                 .filter_map(|q| spans.get(q))
                 .map(|s| (s.first, s.last)),
         );
-        let files: Vec<culprit_store::DataFile> =
-            self.manifest.files_of(Table::Tasks).cloned().collect();
         for want in wanted {
             for (from, to) in self.stored_tasks.unread(want) {
-                if !files.is_empty() {
+                if !self.stored_tasks.files.is_empty() {
                     let mut stored = self.store.scan_overlapping(
-                        files.clone(),
+                        self.stored_tasks.files.clone(),
                         Some(&STORED_TASK_COLUMNS),
                         from,
                         to,

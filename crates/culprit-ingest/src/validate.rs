@@ -197,6 +197,8 @@ impl Converted {
             .filter(|&i| ids.is_valid(i))
             .map(|i| ids.value(i))
             .collect();
+        // A query's tasks usually come together: the runs first.
+        queries.dedup();
         queries.sort_unstable();
         queries.dedup();
         queries
