@@ -42,16 +42,29 @@ fn ingest(tmpdir: &Path, args: &[&str]) -> String {
     )
 }
 
+/// A scratch folder for the ingest's temporary files and a generated input
+/// of 20,000 tasks on 20 hosts, under `dir`: (scratch, input).
+fn generated(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let scratch = dir.join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let input = dir.join("in");
+    run_ok(&[
+        "generate",
+        "--out",
+        input.to_str().unwrap(),
+        "--tasks",
+        "20000",
+        "--hosts",
+        "20",
+    ]);
+    (scratch, input)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
     let tmp = tempfile::tempdir().unwrap();
-    let scratch = tmp.path().join("scratch");
-    std::fs::create_dir_all(&scratch).unwrap();
-    let input = tmp.path().join("in");
+    let (scratch, input) = generated(tmp.path());
     let input_s = input.to_str().unwrap();
-    run_ok(&[
-        "generate", "--out", input_s, "--tasks", "20000", "--hosts", "20",
-    ]);
     let windows = read(&input.join("task_windows.parquet"));
     let tasks = read(&input.join("tasks.parquet"));
     let (n_windows, n_tasks) = (rows(&windows), rows(&tasks));
@@ -249,13 +262,8 @@ fn text_at(batches: &[RecordBatch], column: &str, row: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ingest_reads_the_stored_tasks_of_its_own_time() {
     let tmp = tempfile::tempdir().unwrap();
-    let scratch = tmp.path().join("scratch");
-    std::fs::create_dir_all(&scratch).unwrap();
-    let input = tmp.path().join("in");
+    let (scratch, input) = generated(tmp.path());
     let input_s = input.to_str().unwrap();
-    run_ok(&[
-        "generate", "--out", input_s, "--tasks", "20000", "--hosts", "20",
-    ]);
     let tasks = read(&input.join("tasks.parquet"));
     let n_windows = rows(&read(&input.join("task_windows.parquet")));
     let n_tasks = rows(&tasks);

@@ -778,13 +778,18 @@ impl Ctx<'_> {
         );
         for want in wanted {
             for (from, to) in self.stored_tasks.unread(want) {
-                if !self.stored_tasks.files.is_empty() {
-                    let mut stored = self.store.scan_overlapping(
-                        self.stored_tasks.files.clone(),
-                        Some(&STORED_TASK_COLUMNS),
-                        from,
-                        to,
-                    );
+                // Only the files of this time are cloned for the scan.
+                let files: Vec<culprit_store::DataFile> = self
+                    .stored_tasks
+                    .files
+                    .iter()
+                    .filter(|f| f.may_overlap(from, to))
+                    .cloned()
+                    .collect();
+                if !files.is_empty() {
+                    let mut stored =
+                        self.store
+                            .scan_overlapping(files, Some(&STORED_TASK_COLUMNS), from, to);
                     // Of the row groups read, the tasks of this piece not
                     // read with an earlier one (the index keeps one record
                     // a task).
