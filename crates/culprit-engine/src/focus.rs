@@ -703,8 +703,8 @@ impl Engine {
                             return Ok(None);
                         };
                         let rows = b.num_rows();
-                        let resolved =
-                            resolver.resolve(&b, &|host, s, e| needs_apart.overlaps(host, s, e));
+                        let resolved = resolver
+                            .resolve(&b, &|host, r, s, e| needs_apart.overlaps(host, r, s, e));
                         Ok(Some((rows, resolved)))
                     });
                 let mut resolved = self.scan_then(files, (from, to), cached, then);
@@ -806,13 +806,14 @@ impl Engine {
         let mut wanted: BTreeMap<u32, Wanted> = BTreeMap::new();
         for (i, t) in ds.tasks.iter().enumerate() {
             // Its totals would stand for rows from launch to finish
-            // (`Dataset::synthesize`): only where those overlap an
-            // explained task do they change an answer. A task waiting for
-            // a slot beside one, launched after it, is not looked up.
+            // (`Dataset::synthesize`, none of `slots`): only where those
+            // overlap an explained task's run do they change an answer. A
+            // task waiting for a slot beside one, launched after it, is not
+            // looked up, nor one that ran beside an explained task's wait.
             let first = t.ready.map_or(t.launch, |r| r.min(t.launch));
             if t.has_windows
                 || (first >= from && t.finish <= to)
-                || !needs.overlaps(t.host, t.launch, t.finish)
+                || !needs.overlaps_run(t.host, t.launch, t.finish)
             {
                 continue;
             }
@@ -1207,33 +1208,61 @@ fn merged(spans: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
     out
 }
 
-/// What the sweeps of a focused analysis read, per host: the spans
-/// (ready or launch to finish) of the explained tasks there, the victims'
-/// and the slot holders'. A window row that overlaps none of them on its
-/// host slows no explained task (method.md section 4: blame is between
-/// tasks on one host), so it is not kept.
-struct Needs(Vec<Vec<(i64, i64)>>);
+/// What the sweeps of a focused analysis read, per host: the runs
+/// (launch to finish) of the explained tasks there, the victims' and the
+/// slot holders', and for slot waits their spans (ready or launch to
+/// finish). A window row that overlaps none of them on its host slows no
+/// explained task (method.md section 4: blame is between tasks of one host,
+/// row against row of one resource, and an explained task's rows of every
+/// resource but `slots` lie inside its run, interchange.md), so it is not
+/// kept: a row beside a task's wait for a slot, before its launch, meets
+/// none of that task's rows but its slot rows.
+struct Needs {
+    /// Per host, the explained tasks' runs, merged.
+    runs: Vec<Vec<(i64, i64)>>,
+    /// Per host, their spans from ready (for `slots` rows), merged.
+    spans: Vec<Vec<(i64, i64)>>,
+}
 
 impl Needs {
-    /// The spans of the tasks of the stages `explained` (per stage of `ds`).
+    /// The runs and spans of the tasks of the stages `explained` (per stage
+    /// of `ds`).
     fn of(ds: &Dataset, explained: &[bool]) -> Needs {
-        let mut per_host: Vec<Vec<(i64, i64)>> = vec![Vec::new(); ds.hosts.len()];
+        let mut runs: Vec<Vec<(i64, i64)>> = vec![Vec::new(); ds.hosts.len()];
+        let mut spans = runs.clone();
         for t in &ds.tasks {
             if explained.get(t.stage as usize) == Some(&true) {
                 let first = t.ready.map_or(t.launch, |r| r.min(t.launch));
-                per_host[t.host as usize].push((first, t.finish));
+                runs[t.host as usize].push((t.launch, t.finish));
+                spans[t.host as usize].push((first, t.finish));
             }
         }
-        Needs(per_host.iter_mut().map(|v| merged(v)).collect())
+        let merge = |v: &mut Vec<Vec<(i64, i64)>>| v.iter_mut().map(|v| merged(v)).collect();
+        Needs {
+            runs: merge(&mut runs),
+            spans: merge(&mut spans),
+        }
     }
 
-    /// Whether `[start, end]` on `host` overlaps an explained task's span.
-    fn overlaps(&self, host: u32, start: i64, end: i64) -> bool {
-        let Some(spans) = self.0.get(host as usize) else {
+    /// Whether a row of `resource` over `[start, end]` on `host` overlaps
+    /// an explained task's run there (its span from ready, for `slots`).
+    fn overlaps(&self, host: u32, resource: Resource, start: i64, end: i64) -> bool {
+        let of = if resource == Resource::Slots {
+            &self.spans
+        } else {
+            &self.runs
+        };
+        let Some(spans) = of.get(host as usize) else {
             return false;
         };
         let i = spans.partition_point(|&(_, b)| b < start);
         i < spans.len() && spans[i].0 <= end
+    }
+
+    /// Whether `[start, end]` on `host` overlaps an explained task's run
+    /// there (where a task's rows of any resource but `slots` can meet it).
+    fn overlaps_run(&self, host: u32, start: i64, end: i64) -> bool {
+        self.overlaps(host, Resource::Cpu, start, end)
     }
 
     /// The `host_windows` rows of `b` a focused analysis needs: a slot
@@ -1253,18 +1282,19 @@ impl Needs {
         };
         let mask: BooleanArray = (0..b.num_rows())
             .map(|i| {
-                let keep = resource.is_null(i)
-                    || resource
-                        .value(i)
-                        .parse::<Resource>()
-                        .map_or(true, |r| r == Resource::Slots)
+                let r = match resource.is_null(i) {
+                    true => None,
+                    false => resource.value(i).parse::<Resource>().ok(),
+                };
+                let keep = r.is_none_or(|r| r == Resource::Slots)
                     || host.is_null(i)
                     || s.is_null(i)
                     || e.is_null(i)
-                    || ds
-                        .hosts
-                        .get(host.value(i))
-                        .is_some_and(|h| self.overlaps(h, s.value(i), e.value(i)));
+                    || r.is_some_and(|r| {
+                        ds.hosts
+                            .get(host.value(i))
+                            .is_some_and(|h| self.overlaps(h, r, s.value(i), e.value(i)))
+                    });
                 Some(keep)
             })
             .collect();

@@ -531,6 +531,57 @@ async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows
     assert!(err.to_string().contains("shares"), "{err}");
 }
 
+/// A victim that waited for a slot before it ran: the rows of another
+/// task on its host during that wait meet none of the victim's rows but
+/// its slot row (of another resource, blame is row against row of one
+/// resource, and the victim's other rows lie inside its run), so a focused
+/// read does not keep them, and gives the whole store's numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_focused_analysis_keeps_no_row_beside_a_victims_slot_wait() {
+    // `busy` holds `a`'s only slot and runs from 0 to 100 s, a CPU row
+    // every 10 s; the victim is ready at 0 s, waits for a slot until 30 s
+    // (a row of its own for the wait), then runs to 60 s on `a`.
+    let tasks = hand_tasks(&[
+        ("b1", "busy", "a", 0, 0, 100),
+        ("v1", "victim", "a", 0, 30, 60),
+    ]);
+    let rows = |t: &HandTask| -> Vec<HandRow> {
+        if t.1 == "victim" {
+            vec![(0, 30, "slots", 30.0, 0.0), (30, 60, "cpu", 10.0, 20.0)]
+        } else {
+            (0..10)
+                .map(|i| (i * 10, i * 10 + 10, "cpu", 1.0, 9.0))
+                .collect()
+        }
+    };
+    let w = hand_made(
+        &["victim", "busy"],
+        &tasks,
+        rows,
+        None,
+        &[("a", "slots", 1.0), ("a", "cpu", 2.0)],
+        100,
+        "busy",
+    );
+    let store = store_of(&w).await;
+    let victims = ["victim".to_string()];
+    assert!(compare(&store, &victims).await > 0);
+    let opts = BlameOptions {
+        victims: Some(victims.to_vec()),
+        slots: culprit_core::method::SlotBlame::Direct,
+        ..Default::default()
+    };
+    let focused = Engine::new(store)
+        .focused(&Focus::of(&opts).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    // The victim's two rows and `busy`'s five that touch its run (20-30
+    // to 60-70 s, ends included); not those from 0 to 20 s, beside the
+    // wait alone.
+    assert_eq!(window_rows(&focused), 2 + 5);
+}
+
 /// Outside the victims' time a focused read sees neither the window rows
 /// of a task that ran across it with a gap in its rows (interchange: rows
 /// may leave gaps), nor the tasks of a query that ran before it: the task

@@ -553,28 +553,29 @@ impl Dataset {
 
     /// Adds `task_windows` rows (their tasks must have been added).
     pub fn add_task_windows(&mut self, batch: &RecordBatch) {
-        self.add_task_windows_where(batch, &|_, _, _| true);
+        self.add_task_windows_where(batch, &|_, _, _, _| true);
     }
 
-    /// Adds the `task_windows` rows that `keep(host, start, end)` keeps.
+    /// Adds the `task_windows` rows that `keep(host, resource, start, end)`
+    /// keeps.
     /// A task with rows in `batch` counts as having windows even when none
     /// is kept (its totals are not spread over its run in their place).
     pub fn add_task_windows_where(
         &mut self,
         batch: &RecordBatch,
-        keep: &dyn Fn(u32, Micros, Micros) -> bool,
+        keep: &dyn Fn(u32, Resource, Micros, Micros) -> bool,
     ) {
         let seen = self.fold_in(batch, keep);
         self.mark_has_windows(&seen);
     }
 
     /// Folds the `task_windows` rows of `batch` into the groups, those
-    /// `keep(host, start, end)` keeps, their tasks found by id; counts the
+    /// `keep(host, resource, start, end)` keeps, their tasks found by id; counts the
     /// rows skipped. Returns the tasks with a checked row ([`note_run`]).
     fn fold_in(
         &mut self,
         batch: &RecordBatch,
-        keep: &dyn Fn(u32, Micros, Micros) -> bool,
+        keep: &dyn Fn(u32, Resource, Micros, Micros) -> bool,
     ) -> Vec<u32> {
         let Dataset {
             details,
@@ -592,7 +593,8 @@ impl Dataset {
             &mut |d| details.intern(d),
             &mut |task, group, row| {
                 note_run(&mut seen, task);
-                if keep((group / N_RES) as u32, row.start, row.end) {
+                let (host, r) = (group / N_RES, Resource::ALL[group % N_RES]);
+                if keep(host as u32, r, row.start, row.end) {
                     windows[group].push(row);
                 }
             },
@@ -1062,12 +1064,12 @@ impl TaskResolver {
 
     /// What [`Dataset::add_task_windows_where`] would do with `batch` and
     /// `keep`, done here: its rows checked, their tasks found and the rows
-    /// `keep(host, start, end)` keeps made the dataset's rows, so that
+    /// `keep(host, resource, start, end)` keeps made the dataset's rows, so that
     /// adding them is only pushing each to its group.
     pub fn resolve(
         &self,
         batch: &RecordBatch,
-        keep: &dyn Fn(u32, Micros, Micros) -> bool,
+        keep: &dyn Fn(u32, Resource, Micros, Micros) -> bool,
     ) -> ResolvedWindows {
         let details = text(batch, "detail");
         let values = Values::of(batch);
@@ -1092,7 +1094,7 @@ impl TaskResolver {
                 last_detail = Some((i, detail));
             }
             let (host, stage) = self.tasks[task as usize];
-            if keep(host, s, e) {
+            if keep(host, r, s, e) {
                 rows.push((
                     Dataset::group(host, r) as u32,
                     values.row(i, task, stage, detail, (s, e)),
@@ -1135,7 +1137,7 @@ fn opt_time(
 mod tests {
     use super::{Dataset, TaskIds};
     use crate::batches::{TableBuilder, Value};
-    use crate::Table;
+    use crate::{Resource, Table};
     use std::collections::HashMap;
 
     /// Rows checked apart by a [`super::TaskResolver`] and added with
@@ -1207,10 +1209,10 @@ mod tests {
         // Host h1 is never kept; elsewhere rows that start before 50. From
         // the input: t0's rows at 0 and 10 (not 90), t1's are on h1, t2's
         // row starts at 60, t3's known resource at 80: two rows kept.
-        let some = move |host: u32, start: i64, _end: i64| host != h1 && start < 50;
-        let every = |_: u32, _: i64, _: i64| true;
-        let none = |_: u32, _: i64, _: i64| false;
-        type Keep<'a> = &'a dyn Fn(u32, i64, i64) -> bool;
+        let some = move |host: u32, _: Resource, start: i64, _end: i64| host != h1 && start < 50;
+        let every = |_: u32, _: Resource, _: i64, _: i64| true;
+        let none = |_: u32, _: Resource, _: i64, _: i64| false;
+        type Keep<'a> = &'a dyn Fn(u32, Resource, i64, i64) -> bool;
         let filters: [(Keep, usize); 3] = [
             (&some, 2),
             // Every row but the three skipped.
