@@ -1208,6 +1208,15 @@ fn merged(spans: &mut [(i64, i64)]) -> Vec<(i64, i64)> {
     out
 }
 
+/// Whether `[start, end]` overlaps one of `host`'s merged spans in `per_host`.
+fn meets(per_host: &[Vec<(i64, i64)>], host: u32, start: i64, end: i64) -> bool {
+    let Some(spans) = per_host.get(host as usize) else {
+        return false;
+    };
+    let i = spans.partition_point(|&(_, b)| b < start);
+    i < spans.len() && spans[i].0 <= end
+}
+
 /// What the sweeps of a focused analysis read, per host: the runs
 /// (launch to finish) of the explained tasks there, the victims' and the
 /// slot holders', and for slot waits their spans (ready or launch to
@@ -1252,22 +1261,19 @@ impl Needs {
         } else {
             &self.runs
         };
-        let Some(spans) = of.get(host as usize) else {
-            return false;
-        };
-        let i = spans.partition_point(|&(_, b)| b < start);
-        i < spans.len() && spans[i].0 <= end
+        meets(of, host, start, end)
     }
 
     /// Whether `[start, end]` on `host` overlaps an explained task's run
     /// there (where a task's rows of any resource but `slots` can meet it).
     fn overlaps_run(&self, host: u32, start: i64, end: i64) -> bool {
-        self.overlaps(host, Resource::Cpu, start, end)
+        meets(&self.runs, host, start, end)
     }
 
     /// The `host_windows` rows of `b` a focused analysis needs: a slot
     /// pool's capacity (any host: the pool's), and on each host the rows
-    /// that overlap an explained task's span.
+    /// that overlap an explained task's run (rows of no known resource
+    /// too, as a whole read keeps them).
     fn host_rows(&self, ds: &Dataset, b: &RecordBatch) -> Result<Option<RecordBatch>, Error> {
         let (Some(host), Some(resource), Some(s), Some(e)) = (
             b.column_by_name("host")
@@ -1282,9 +1288,10 @@ impl Needs {
         };
         let mask: BooleanArray = (0..b.num_rows())
             .map(|i| {
-                let r = match resource.is_null(i) {
-                    true => None,
-                    false => resource.value(i).parse::<Resource>().ok(),
+                let r = if resource.is_null(i) {
+                    None
+                } else {
+                    resource.value(i).parse::<Resource>().ok()
                 };
                 let keep = r.is_none_or(|r| r == Resource::Slots)
                     || host.is_null(i)

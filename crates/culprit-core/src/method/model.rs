@@ -557,9 +557,9 @@ impl Dataset {
     }
 
     /// Adds the `task_windows` rows that `keep(host, resource, start, end)`
-    /// keeps.
-    /// A task with rows in `batch` counts as having windows even when none
-    /// is kept (its totals are not spread over its run in their place).
+    /// keeps. A task with rows in `batch` counts as having windows even
+    /// when none is kept (its totals are not spread over its run in their
+    /// place).
     pub fn add_task_windows_where(
         &mut self,
         batch: &RecordBatch,
@@ -570,8 +570,9 @@ impl Dataset {
     }
 
     /// Folds the `task_windows` rows of `batch` into the groups, those
-    /// `keep(host, resource, start, end)` keeps, their tasks found by id; counts the
-    /// rows skipped. Returns the tasks with a checked row ([`note_run`]).
+    /// `keep(host, resource, start, end)` keeps, their tasks found by id;
+    /// counts the rows skipped. Returns the tasks with a checked row
+    /// ([`note_run`]).
     fn fold_in(
         &mut self,
         batch: &RecordBatch,
@@ -1064,8 +1065,8 @@ impl TaskResolver {
 
     /// What [`Dataset::add_task_windows_where`] would do with `batch` and
     /// `keep`, done here: its rows checked, their tasks found and the rows
-    /// `keep(host, resource, start, end)` keeps made the dataset's rows, so that
-    /// adding them is only pushing each to its group.
+    /// `keep(host, resource, start, end)` keeps made the dataset's rows, so
+    /// that adding them is only pushing each to its group.
     pub fn resolve(
         &self,
         batch: &RecordBatch,
