@@ -1288,20 +1288,20 @@ impl Needs {
         };
         let mask: BooleanArray = (0..b.num_rows())
             .map(|i| {
-                let r = if resource.is_null(i) {
-                    None
-                } else {
-                    resource.value(i).parse::<Resource>().ok()
-                };
-                let keep = r.is_none_or(|r| r == Resource::Slots)
+                // Rows of `slots` and of no known resource are all kept,
+                // so the others need only meet a run.
+                let keep = resource.is_null(i)
+                    || resource
+                        .value(i)
+                        .parse::<Resource>()
+                        .map_or(true, |r| r == Resource::Slots)
                     || host.is_null(i)
                     || s.is_null(i)
                     || e.is_null(i)
-                    || r.is_some_and(|r| {
-                        ds.hosts
-                            .get(host.value(i))
-                            .is_some_and(|h| self.overlaps(h, r, s.value(i), e.value(i)))
-                    });
+                    || ds
+                        .hosts
+                        .get(host.value(i))
+                        .is_some_and(|h| self.overlaps_run(h, s.value(i), e.value(i)));
                 Some(keep)
             })
             .collect();
