@@ -7,7 +7,7 @@
 
 use super::level4::{Entry, Level4};
 use super::model::Dataset;
-use super::schedule::{self, BucketSource, Shards};
+use super::schedule::{self, BucketSource, Shards, SlotSweep};
 use super::series::Windows;
 use super::sweep::{Attribution, Explained};
 use super::transitive::{pass_on, HolderShares, Rho, RunSeconds};
@@ -45,8 +45,8 @@ pub fn blame_series(
     opts: &BlameOptions,
     windows: &Windows,
 ) -> Result<(Victims, Vec<Level4>), MethodError> {
-    blame_by(ds, opts, windows, |victim, windows, mode| {
-        schedule::in_memory(ds, victim, windows, mode)
+    blame_by(ds, opts, windows, |victim, windows, mode, slots| {
+        schedule::in_memory(ds, victim, windows, mode, slots)
     })
 }
 
@@ -58,8 +58,8 @@ pub fn blame_series_streamed<S: BucketSource>(
     windows: &Windows,
     source: &S,
 ) -> Result<(Victims, Vec<Level4>), S::Error> {
-    blame_by(ds, opts, windows, |victim, windows, mode| {
-        schedule::streamed(ds, source, victim, windows, mode)
+    blame_by(ds, opts, windows, |victim, windows, mode, slots| {
+        schedule::streamed(ds, source, victim, windows, mode, slots)
     })
 }
 
@@ -73,8 +73,8 @@ pub fn blame_series_sharded<S: Shards>(
     windows: &Windows,
     shards: &S,
 ) -> Result<(Victims, Vec<Level4>), S::Error> {
-    blame_by(ds, opts, windows, |victim, windows, mode| {
-        schedule::sharded(ds, shards, victim, windows, mode)
+    blame_by(ds, opts, windows, |victim, windows, mode, slots| {
+        schedule::sharded(ds, shards, victim, windows, mode, slots)
     })
 }
 
@@ -128,9 +128,16 @@ fn rho_of(
     attribution: Attribution,
 ) -> Result<Rho, MethodError> {
     let run = RunSeconds::of(ds, windows);
-    let entries = schedule::in_memory(ds, Explained::stages(mask), windows, attribution)?
-        .pop()
-        .unwrap_or_default();
+    // Shares leave slot waits out (section 5b): no slot sweep.
+    let entries = schedule::in_memory(
+        ds,
+        Explained::stages(mask),
+        windows,
+        attribution,
+        SlotSweep::Skip,
+    )?
+    .pop()
+    .unwrap_or_default();
     Ok(Rho::of(entries.iter(), &run, 0))
 }
 
@@ -154,12 +161,15 @@ fn pass_on_chunks(
 }
 
 /// The analysis with the sweeps done by `sweeps(explained stages, windows,
-/// mode)`.
+/// mode, slot sweep)`. With transitive slot blame the slot sweep that finds
+/// the holders is the victims' own, so the sweeps do not do it again; the
+/// holders' own slot waits are not swept, since their shares leave slots
+/// out (section 5b) and only the victims' nodes are kept.
 fn blame_by<E: From<MethodError>>(
     ds: &Dataset,
     opts: &BlameOptions,
     windows: &Windows,
-    mut sweeps: impl FnMut(Explained<'_>, &Windows, Attribution) -> Result<Vec<Level4>, E>,
+    mut sweeps: impl FnMut(Explained<'_>, &Windows, Attribution, SlotSweep) -> Result<Vec<Level4>, E>,
 ) -> Result<(Victims, Vec<Level4>), E> {
     let (from, to) = windows.whole();
     let opts = BlameOptions {
@@ -170,7 +180,7 @@ fn blame_by<E: From<MethodError>>(
     let victims = resolve_victims(ds, &opts)?;
     let explained = Explained::new(&victims.stages, victims.tasks.as_deref());
     let series = match (opts.slots, opts.tasks) {
-        (SlotBlame::Direct, _) => sweeps(explained, windows, opts.attribution)?,
+        (SlotBlame::Direct, _) => sweeps(explained, windows, opts.attribution, SlotSweep::Sweep)?,
         (SlotBlame::Transitive, TaskBlame::All) => {
             // Holders need their own level 4 (section 5b): explain the
             // victims and the stages their slot waits are blamed on (found
@@ -182,7 +192,8 @@ fn blame_by<E: From<MethodError>>(
             // Holders whose shares are known (`Dataset::shares`) are not
             // swept again.
             let known = HolderShares::of(ds, windows, opts.attribution)?;
-            let mut mask = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
+            let (mut mask, slots) =
+                schedule::slot_holders(ds, explained, windows, opts.attribution)?;
             if let Some(known) = known {
                 known.unmark(&mut mask, &victims.stages);
             }
@@ -190,7 +201,10 @@ fn blame_by<E: From<MethodError>>(
                 *m |= *v;
             }
             let run = RunSeconds::of(ds, windows);
-            sweeps(Explained::stages(&mask), windows, opts.attribution)?
+            // The victims' slot waits as swept above (a stage's nodes do
+            // not depend on which others are explained).
+            let slots = SlotSweep::Done(slots);
+            sweeps(Explained::stages(&mask), windows, opts.attribution, slots)?
                 .into_iter()
                 .enumerate()
                 .map(|(w, entries)| {
@@ -210,13 +224,19 @@ fn blame_by<E: From<MethodError>>(
             // their slot waits are blamed on (found by the slot sweep).
             let known = HolderShares::of(ds, windows, opts.attribution)?;
             let run = RunSeconds::of(ds, windows);
-            let mut named = schedule::slot_holders(ds, explained, windows, opts.attribution)?;
+            let (mut named, slots) =
+                schedule::slot_holders(ds, explained, windows, opts.attribution)?;
             if let Some(known) = known {
                 known.unmark(&mut named, &[]);
             }
-            let last = sweeps(explained, windows, opts.attribution)?;
+            let last = sweeps(explained, windows, opts.attribution, SlotSweep::Done(slots))?;
             let held = if named.iter().any(|h| *h) {
-                sweeps(Explained::stages(&named), windows, opts.attribution)?
+                sweeps(
+                    Explained::stages(&named),
+                    windows,
+                    opts.attribution,
+                    SlotSweep::Skip,
+                )?
             } else {
                 vec![Level4::default(); last.len()]
             };

@@ -67,8 +67,16 @@ pub fn deep_series(ds: &Dataset, victims: &[u32], windows: &Windows) -> Vec<Over
     for &v in victims {
         is_victim[v as usize] = true;
     }
-    let mut by_host: Vec<Vec<(Micros, i64, u32)>> = vec![Vec::new(); ds.hosts.len()];
+    // Only hosts where a victim's task ran have anything to sum: the
+    // others' tasks are not swept (on 5,000 hosts, most of them).
+    let mut victim_host = vec![false; ds.hosts.len()];
     for t in &ds.tasks {
+        if is_victim[ds.stage_query(t.stage) as usize] {
+            victim_host[t.host as usize] = true;
+        }
+    }
+    let mut by_host: Vec<Vec<(Micros, i64, u32)>> = vec![Vec::new(); ds.hosts.len()];
+    for t in ds.tasks.iter().filter(|t| victim_host[t.host as usize]) {
         for (_, s, e) in windows.pieces(t.launch, t.finish) {
             let q = ds.stage_query(t.stage);
             by_host[t.host as usize].push((s, 1, q));

@@ -87,15 +87,45 @@ fn slot_entries(
     Ok(nodes)
 }
 
+/// What an analysis's sweeps do about the cluster-wide slot sweep (one
+/// job of theirs, over every task of the dataset: on 5,000 hosts a
+/// victim's took as long as all its hosts' sweeps together).
+pub(crate) enum SlotSweep {
+    /// Sweep the slot waits of the explained stages.
+    Sweep,
+    /// They were swept already, for the same explained stages
+    /// ([`slot_holders`]): these are their nodes.
+    Done(SlotNodes),
+    /// None: the caller does not use the slot waits' nodes (a holder's
+    /// shares leave slots out, section 5b).
+    Skip,
+}
+
+/// The nodes of a slot sweep done by [`slot_holders`].
+pub(crate) struct SlotNodes(Nodes);
+
+impl SlotSweep {
+    /// The nodes given (none for [`SlotSweep::Skip`]); `None` when the
+    /// sweeps are to sweep the slots themselves.
+    fn given(self) -> Option<Nodes> {
+        match self {
+            SlotSweep::Sweep => None,
+            SlotSweep::Done(SlotNodes(nodes)) => Some(nodes),
+            SlotSweep::Skip => Some(Nodes::default()),
+        }
+    }
+}
+
 /// The stages the victims' slot waits are blamed on in the slot sweep (the
-/// holders of section 5b), as a mask over the stages; the slot sweep needs
-/// only the dataset in memory, not the window rows.
+/// holders of section 5b), as a mask over the stages, and the slot sweep's
+/// nodes (for the analysis of the same victims: [`SlotSweep::Done`]); the
+/// slot sweep needs only the dataset in memory, not the window rows.
 pub(crate) fn slot_holders(
     ds: &Dataset,
     victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
-) -> Result<Vec<bool>, MethodError> {
+) -> Result<(Vec<bool>, SlotNodes), MethodError> {
     let nodes = slot_entries(ds, victim, windows, mode)?;
     let mut held = vec![false; ds.stages.len()];
     for e in nodes.first.iter().chain(nodes.rest.values().flatten()) {
@@ -105,7 +135,7 @@ pub(crate) fn slot_holders(
             }
         }
     }
-    Ok(held)
+    Ok((held, SlotNodes(nodes)))
 }
 
 /// The window rows of some hosts (one host bucket), grouped by (host,
@@ -207,28 +237,42 @@ fn sweep_one(
     Ok(())
 }
 
-/// The sweeps, both cores: one job per (host, resource), plus the slots.
-/// One [`Level4`] per window.
+/// The sweeps, both cores: one job per (host, resource), plus the slots
+/// (as `slots` says). One [`Level4`] per window.
 pub(crate) fn in_memory(
     ds: &Dataset,
     victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
+    slots: SlotSweep,
 ) -> Result<Vec<Level4>, MethodError> {
-    // Rows of tasks known only by their totals.
+    // Only the hosts where an explained stage ran are swept, as in
+    // `streamed`; rows of their tasks known only by their totals.
+    let hosts = explained_hosts(ds, victim);
     let mut synth: Vec<Vec<WindowRow>> = vec![Vec::new(); ds.windows.len()];
     for (i, t) in ds.tasks.iter().enumerate() {
+        if !hosts[t.host as usize] {
+            continue;
+        }
         for (r, row) in ds.synthesized_rows(i as u32) {
             synth[Dataset::group(t.host, r)].push(row);
         }
     }
     let slots_idx = super::model::resource_index(Resource::Slots);
     let mut jobs: Vec<usize> = (0..ds.windows.len())
-        .filter(|g| g % N_RES != slots_idx && !(ds.windows[*g].is_empty() && synth[*g].is_empty()))
+        .filter(|g| {
+            g % N_RES != slots_idx
+                && hosts[g / N_RES]
+                && !(ds.windows[*g].is_empty() && synth[*g].is_empty())
+        })
         .collect();
     jobs.sort_by_key(|g| std::cmp::Reverse(ds.windows[*g].len() + synth[*g].len()));
-    // usize::MAX stands for the slot sweep.
-    jobs.insert(0, usize::MAX);
+    // usize::MAX stands for the slot sweep, unless its nodes are given;
+    // they come first either way.
+    let given = slots.given();
+    if given.is_none() {
+        jobs.insert(0, usize::MAX);
+    }
     let chunks = parallel(jobs.len(), |j| {
         let g = jobs[j];
         if g == usize::MAX {
@@ -241,7 +285,10 @@ pub(crate) fn in_memory(
     });
     // Within a job the order is that of an FxHashMap (no random seed):
     // deterministic for the same data.
-    let chunks = chunks?.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mut chunks = chunks?.into_iter().collect::<Result<Vec<_>, _>>()?;
+    if let Some(nodes) = given {
+        chunks.insert(0, nodes);
+    }
     Ok(by_window(chunks, windows, None))
 }
 
@@ -339,9 +386,27 @@ pub(crate) fn streamed<S: BucketSource>(
     victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
+    slots: SlotSweep,
 ) -> Result<Vec<Level4>, S::Error> {
-    let chunks = bucket_jobs(ds, source, victim, windows, mode, None)?;
+    let chunks = bucket_jobs(ds, source, victim, windows, mode, slots, None)?;
     Ok(by_window(chunks, windows, Some(source.details()?)))
+}
+
+/// The hosts where a task of an explained stage ran, by host id: the only
+/// hosts whose sweeps can give an explained stage anything (blame is
+/// between the tasks of one host, and a group's sweep gives cells only to
+/// its explained tasks' rows). Both the in-memory and the streamed
+/// analyses sweep these alone, and make rows of the totals of their tasks
+/// only (on 5,000 hosts a victim's focused read held 408,000 such rows, most
+/// on hosts where no explained stage ran).
+fn explained_hosts(ds: &Dataset, victim: Explained<'_>) -> Vec<bool> {
+    let mut hosts = vec![false; ds.hosts.len()];
+    for t in &ds.tasks {
+        if victim.stage(t.stage) {
+            hosts[t.host as usize] = true;
+        }
+    }
+    hosts
 }
 
 /// The buckets whose hosts ran a victim stage, and per bucket those hosts.
@@ -351,12 +416,7 @@ fn victim_hosts(
     buckets: usize,
     bucket_of: impl Fn(u32) -> usize,
 ) -> Vec<Vec<u32>> {
-    let mut victim_host = vec![false; ds.hosts.len()];
-    for t in &ds.tasks {
-        if victim.stage(t.stage) {
-            victim_host[t.host as usize] = true;
-        }
-    }
+    let victim_host = explained_hosts(ds, victim);
     let mut hosts: Vec<Vec<u32>> = vec![Vec::new(); buckets];
     for h in 0..ds.hosts.len() as u32 {
         if victim_host[h as usize] {
@@ -366,18 +426,20 @@ fn victim_hosts(
     hosts
 }
 
-/// The jobs of [`streamed`]: job 0 the slot sweep, job `b + 1` bucket `b`'s
-/// sweeps. With `share`, only the buckets marked there are read and swept
-/// (a worker's share of an analysis, [`sweep_share`]), and the slot sweep
-/// is left to the caller.
+/// The jobs of [`streamed`]: job 0 the slot sweep (as `slots` says), job
+/// `b + 1` bucket `b`'s sweeps. With `share`, only the buckets marked there
+/// are read and swept (a worker's share of an analysis, [`sweep_share`],
+/// whose caller does the slot sweep).
 fn bucket_jobs<S: BucketSource>(
     ds: &Dataset,
     source: &S,
     victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
+    slots: SlotSweep,
     share: Option<&[bool]>,
 ) -> Result<Vec<Nodes>, S::Error> {
+    let given = slots.given();
     let n = source.buckets();
     let groups = ds.windows.len();
     let tasks_by_host = ds.tasks_by_host();
@@ -415,7 +477,7 @@ fn bucket_jobs<S: BucketSource>(
     let swept = AtomicUsize::new(0);
     let jobs = parallel(n + 1, |j| -> Result<(Nodes, Strays), S::Error> {
         if j == 0 {
-            if share.is_some() {
+            if given.is_some() {
                 return Ok((Nodes::default(), Vec::new()));
             }
             return Ok((slot_entries(ds, victim, windows, mode)?, Vec::new()));
@@ -442,6 +504,9 @@ fn bucket_jobs<S: BucketSource>(
                 .or_insert_with(|| Part::new(groups))
                 .push(task, group, row);
         }
+    }
+    if let Some(nodes) = given {
+        chunks[0] = nodes;
     }
     // A bucket that got rows from another bucket's files is swept again
     // with them (rare: a task stored twice with different hosts).
@@ -521,7 +586,15 @@ pub fn sweep_share<S: BucketSource>(
             }
         }
     }
-    let chunks = bucket_jobs(ds, source, victim, windows, mode, Some(&share))?;
+    let chunks = bucket_jobs(
+        ds,
+        source,
+        victim,
+        windows,
+        mode,
+        SlotSweep::Skip,
+        Some(&share),
+    )?;
     Ok(chunks
         .into_iter()
         .enumerate()
@@ -559,6 +632,7 @@ pub(crate) fn sharded<S: Shards>(
     victim: Explained<'_>,
     windows: &Windows,
     mode: Attribution,
+    slots: SlotSweep,
 ) -> Result<Vec<Level4>, S::Error> {
     if ds.host_conflicts != 0 {
         return Err(MethodError::Internal(
@@ -572,7 +646,10 @@ pub(crate) fn sharded<S: Shards>(
     // Both on threads of their own: the shards' caller may block on I/O,
     // which a thread driving async tasks must not.
     let (slots, remote) = std::thread::scope(|scope| {
-        let slots = scope.spawn(|| slot_entries(ds, victim, windows, mode));
+        let slots = scope.spawn(|| match slots.given() {
+            Some(nodes) => Ok(nodes),
+            None => slot_entries(ds, victim, windows, mode),
+        });
         let remote = scope.spawn(|| {
             if asked.is_empty() {
                 Ok((Vec::new(), ds.details.clone()))

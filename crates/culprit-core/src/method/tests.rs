@@ -839,7 +839,7 @@ proptest! {
         // from the same sweep, or from one of their last tasks.
         let windows = Windows::one(victims::window(&opts));
         let sweep = |explained| {
-            schedule::in_memory(&ds, explained, &windows, opts.attribution)
+            schedule::in_memory(&ds, explained, &windows, opts.attribution, schedule::SlotSweep::Sweep)
                 .unwrap()
                 .pop()
                 .unwrap_or_default()
@@ -1179,6 +1179,48 @@ fn non_finite_values_are_errors_naming_the_row() {
         );
         let e = blame(&ds, &all_stages(&["V"])).unwrap_err().to_string();
         assert!(e.contains(who) && e.contains(named), "{field}: {e}");
+        assert!(e.contains("not a finite number"), "{field}: {e}");
+    }
+}
+
+/// A host where no explained stage ran is not swept in memory, as the
+/// streamed analysis already skips it (its sweeps could give an explained
+/// stage nothing: blame is between the tasks of one host). Its rows and
+/// its tasks known by their totals are neither checked nor made rows there:
+/// a non-finite value on such a host (which an ingest refuses, but a
+/// dataset built otherwise may hold) is no error, and the victim's blame
+/// is example 1's, by hand. On 5,000 hosts a victim's focused read swept
+/// 13,272 such groups of tasks' totals.
+#[test]
+fn hosts_without_an_explained_stage_are_not_swept() {
+    for (field, x) in [("blocked", f64::NAN), ("totals", f64::INFINITY)] {
+        let mut ds = example_1();
+        let a = ds.add_task("X1", "X", "0", "h2", 0, S, None, Totals::default());
+        ds.add_task(
+            "X2",
+            "Y",
+            "0",
+            "h2",
+            0,
+            S,
+            None,
+            Totals {
+                disk_read_blocked: if field == "totals" { x } else { 0.0 },
+                input_bytes: 10.0,
+                ..Totals::default()
+            },
+        );
+        let blocked = if field == "blocked" { x } else { 0.5 };
+        ds.add_window(a, Resource::DiskRead, "", 0, S, blocked, 30.0, 0.0);
+        let (_, entries) = blame(&ds, &all_stages(&["V"])).expect(field);
+        let m = by_culprit(&ds, &entries);
+        assert!(close(m["A"], 0.25 / 3.0), "{field}: {m:?}");
+        assert!(close(m["B"], 0.5 / 3.0), "{field}: {m:?}");
+        assert_eq!(m.len(), 2, "{field}: {m:?}");
+        // Explaining X too sweeps h2, and its value is an error there.
+        let e = blame(&ds, &all_stages(&["V", "X", "Y"]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a finite number"), "{field}: {e}");
     }
 }
