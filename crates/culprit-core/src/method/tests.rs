@@ -1225,6 +1225,47 @@ fn hosts_without_an_explained_stage_are_not_swept() {
     }
 }
 
+/// The deep overlap (000 section 6.1) by hand: two victim tasks on `h1`
+/// over 0-10 s overlap each other (two ordered pairs, 20 s) and a task of
+/// `A` over 5-15 s (two pairs over 5 s, 10 s); `A`'s task on `h1` after
+/// the victim's (20-30 s) and its task on `h2`, where no victim ran, add
+/// nothing; `B` overlaps on `h1` only at the victim's last instant.
+#[test]
+fn deep_overlap_by_hand() {
+    let mut ds = Dataset::new();
+    for id in ["v1", "v2"] {
+        ds.add_task(id, "V", "0", "h1", 0, 10 * S, None, Totals::default());
+    }
+    ds.add_task("a1", "A", "0", "h1", 5 * S, 15 * S, None, Totals::default());
+    ds.add_task(
+        "a2",
+        "A",
+        "0",
+        "h1",
+        20 * S,
+        30 * S,
+        None,
+        Totals::default(),
+    );
+    ds.add_task("a3", "A", "0", "h2", 0, 10 * S, None, Totals::default());
+    ds.add_task(
+        "b1",
+        "B",
+        "0",
+        "h1",
+        10 * S,
+        12 * S,
+        None,
+        Totals::default(),
+    );
+    let v = ds.queries.get("V").unwrap();
+    let a = ds.queries.get("A").unwrap();
+    let deep = overlap::deep(&ds, &[v], (0, 60 * S));
+    assert!(close(deep[&(v, v)], 20.0), "{deep:?}");
+    assert!(close(deep[&(v, a)], 10.0), "{deep:?}");
+    assert_eq!(deep.len(), 2, "{deep:?}");
+}
+
 /// `victims().slowdown` is method.md section 3's `S = (RATP - RATP*) /
 /// RATP*`, time-weighted over the explained tasks' windows with capacity
 /// known. Hand-computed: T1 reads 30 B in 1 s, disk capacity 210 B/s (§12
