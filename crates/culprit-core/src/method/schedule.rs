@@ -89,7 +89,7 @@ fn slot_entries(
 
 /// What an analysis's sweeps do about the cluster-wide slot sweep (one
 /// job of theirs, over every task of the dataset: on 5,000 hosts a
-/// victim's took as long as all its hosts' sweeps together).
+/// victim's took 34-37 ms, against about 110 ms for all its hosts' sweeps).
 pub(crate) enum SlotSweep {
     /// Sweep the slot waits of the explained stages.
     Sweep,
@@ -397,8 +397,8 @@ pub(crate) fn streamed<S: BucketSource>(
 /// between the tasks of one host, and a group's sweep gives cells only to
 /// its explained tasks' rows). Both the in-memory and the streamed
 /// analyses sweep these alone, and make rows of the totals of their tasks
-/// only (on 5,000 hosts a victim's focused read held 408,000 such rows, most
-/// on hosts where no explained stage ran).
+/// only (on 5,000 hosts 13,272 of a victim's 20,001 sweeps in memory held
+/// nothing but such rows, all on hosts where no explained stage ran).
 fn explained_hosts(ds: &Dataset, victim: Explained<'_>) -> Vec<bool> {
     let mut hosts = vec![false; ds.hosts.len()];
     for t in &ds.tasks {
