@@ -109,32 +109,37 @@ pub fn resolve_victims(ds: &Dataset, opts: &BlameOptions) -> Result<Victims, Met
             "the window is empty: 'from' must be before 'to'".into(),
         ));
     }
-    let mut ran = vec![false; ds.queries.len()];
-    for t in &ds.tasks {
-        if sweep::clip(
-            t.ready.unwrap_or(t.launch).min(t.launch),
-            t.finish,
-            from,
-            to,
-        )
-        .is_some()
-        {
-            ran[ds.stage_query(t.stage) as usize] = true;
-        }
-    }
-    if let (None, Some(names)) = (&opts.victims, &opts.within) {
-        let mut group = vec![false; ds.queries.len()];
-        for q in names.iter().filter_map(|n| ds.queries.get(n)) {
-            group[q as usize] = true;
-        }
-        for (r, g) in ran.iter_mut().zip(group) {
-            *r &= g;
-        }
-    }
     let queries: Vec<u32> = match &opts.victims {
-        None => (0..ds.queries.len() as u32)
-            .filter(|q| ran[*q as usize])
-            .collect(),
+        // Every query that ran in the window (of the group `within`): a
+        // walk over every task, which named victims need not pay (394,000
+        // tasks on 5,000 hosts: about 7 ms, docs/performance.md).
+        None => {
+            let mut ran = vec![false; ds.queries.len()];
+            for t in &ds.tasks {
+                if sweep::clip(
+                    t.ready.unwrap_or(t.launch).min(t.launch),
+                    t.finish,
+                    from,
+                    to,
+                )
+                .is_some()
+                {
+                    ran[ds.stage_query(t.stage) as usize] = true;
+                }
+            }
+            if let Some(names) = &opts.within {
+                let mut group = vec![false; ds.queries.len()];
+                for q in names.iter().filter_map(|n| ds.queries.get(n)) {
+                    group[q as usize] = true;
+                }
+                for (r, g) in ran.iter_mut().zip(group) {
+                    *r &= g;
+                }
+            }
+            (0..ds.queries.len() as u32)
+                .filter(|q| ran[*q as usize])
+                .collect()
+        }
         Some(names) => names
             .iter()
             .map(|n| {
