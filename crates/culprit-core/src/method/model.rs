@@ -170,6 +170,11 @@ pub struct Totals {
     pub scheduler_delay: f64,
 }
 
+/// What the sweeps and reads look at of a task, for every task: 48 bytes,
+/// its totals apart ([`Dataset::totals`]), since passes over every task
+/// (the slot sweep's events, the hosts to sweep, the runs, the read's
+/// needs) read these alone: on 5,000 hosts a read holds 394,000 tasks,
+/// and with the totals each such pass walked 57 MB (`docs/performance.md`).
 #[derive(Debug, Clone)]
 pub struct TaskInfo {
     pub stage: u32,
@@ -177,7 +182,6 @@ pub struct TaskInfo {
     pub launch: Micros,
     pub finish: Micros,
     pub ready: Option<Micros>,
-    pub totals: Totals,
     pub has_windows: bool,
 }
 
@@ -224,6 +228,8 @@ pub struct Dataset {
     pub stages: Vec<StageInfo>,
     stage_ids: FxHashMap<(u32, String), u32>,
     pub tasks: Vec<TaskInfo>,
+    /// The totals of each task, by task number (apart from [`TaskInfo`]).
+    totals: Vec<Totals>,
     task_ids: TaskIds,
     /// Window rows per group `host * 6 + resource`.
     pub windows: Vec<Vec<WindowRow>>,
@@ -332,9 +338,9 @@ impl Dataset {
             launch,
             finish: finish.max(launch),
             ready,
-            totals,
             has_windows: false,
         });
+        self.totals.push(totals);
         let st = &mut self.stages[stage as usize];
         st.start = Some(st.start.map_or(launch, |x| x.min(launch)));
         st.end = Some(st.end.map_or(finish, |x| x.max(finish)));
@@ -466,6 +472,7 @@ impl Dataset {
         let ids_bytes = (offsets[offsets.len() - 1] - offsets[0]) as usize;
         self.task_ids.reserve(batch.num_rows(), ids_bytes);
         self.tasks.reserve(batch.num_rows());
+        self.totals.reserve(batch.num_rows());
         // Consecutive rows usually belong to one stage: remember the last.
         let mut last_stage: Option<(usize, u32)> = None;
         for i in 0..batch.num_rows() {
@@ -493,21 +500,21 @@ impl Dataset {
                 launch: l,
                 finish: fin.max(l),
                 ready: opt_time(&ready, i),
-                totals: Totals {
-                    cpu_seconds: val(0, i),
-                    gc_seconds: val(1, i),
-                    input_bytes: val(2, i),
-                    output_bytes: val(3, i),
-                    shuffle_read_bytes: val(4, i),
-                    shuffle_write_bytes: val(5, i),
-                    cpu_blocked: val(6, i),
-                    disk_read_blocked: val(7, i),
-                    disk_write_blocked: val(8, i),
-                    network_blocked: val(9, i),
-                    memory_blocked: val(10, i),
-                    scheduler_delay: val(11, i),
-                },
                 has_windows: false,
+            });
+            self.totals.push(Totals {
+                cpu_seconds: val(0, i),
+                gc_seconds: val(1, i),
+                input_bytes: val(2, i),
+                output_bytes: val(3, i),
+                shuffle_read_bytes: val(4, i),
+                shuffle_write_bytes: val(5, i),
+                cpu_blocked: val(6, i),
+                disk_read_blocked: val(7, i),
+                disk_write_blocked: val(8, i),
+                network_blocked: val(9, i),
+                memory_blocked: val(10, i),
+                scheduler_delay: val(11, i),
             });
             let st = &mut self.stages[stage as usize];
             st.start = Some(st.start.map_or(l, |x| x.min(l)));
@@ -525,6 +532,8 @@ impl Dataset {
         let tasks = tasks.min(1 << 26);
         self.tasks
             .reserve_exact(tasks.saturating_sub(self.tasks.len()));
+        self.totals
+            .reserve_exact(tasks.saturating_sub(self.totals.len()));
         self.task_ids
             .reserve(tasks.saturating_sub(self.task_ids.len()), 0);
     }
@@ -691,6 +700,12 @@ impl Dataset {
         fold(&self.task_ids, &self.tasks, batch, detail, sink)
     }
 
+    /// The totals of task `t` (the tasks table's amounts, used where the
+    /// task has no window rows).
+    pub fn totals(&self, t: u32) -> &Totals {
+        &self.totals[t as usize]
+    }
+
     /// The id of every task, indexed by task number (the inverse of
     /// [`Dataset::task`]).
     pub fn task_names(&self) -> Vec<&str> {
@@ -855,7 +870,7 @@ impl Dataset {
     /// window rows (for callers that track that themselves).
     pub fn synthesize(&self, task: u32) -> Vec<(Resource, WindowRow)> {
         let t = &self.tasks[task as usize];
-        let x = &t.totals;
+        let x = &self.totals[task as usize];
         let row = |blocked: f64, acquired: f64, gc: f64| WindowRow {
             task,
             stage: t.stage,

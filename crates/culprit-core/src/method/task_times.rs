@@ -126,7 +126,7 @@ pub fn task_times(ds: &Dataset, tasks: &[u32]) -> Vec<TaskTimes> {
         .iter()
         .map(|&t| {
             let ti = &ds.tasks[t as usize];
-            let x = &ti.totals;
+            let x = ds.totals(t);
             let mut tt = TaskTimes {
                 task: t,
                 stage: ti.stage,

@@ -979,7 +979,7 @@ fn stragglers_from_the_tasks_table() {
     }
     let ds = Dataset::from_batches(&[], &[b.finish()], &[], &[]);
     let m3 = ds.task("m3").unwrap();
-    assert_eq!(ds.tasks[m3 as usize].totals.scheduler_delay, 15.0);
+    assert_eq!(ds.totals(m3).scheduler_delay, 15.0);
     assert_eq!(ds.task_names()[m3 as usize], "m3");
     let rows = stragglers(&ds, "Q", None, None).unwrap();
     let got: Vec<(&str, &str, &Vec<StragglerCause>)> = rows
