@@ -115,8 +115,11 @@ impl Snapshot {
                     deep,
                 })
             });
-            let blamed = blame()?;
-            Ok((blamed, side.join().ok().flatten()))
+            // Joined before the sweeps' error is returned: a scope that
+            // ends with a panicked thread not joined panics itself.
+            let blamed = blame();
+            let baselines = side.join().ok().flatten();
+            Ok((blamed?, baselines))
         })
     }
 
