@@ -12,15 +12,6 @@ use culprit_core::{MethodError, Resource};
 use crate::engine::Snapshot;
 use crate::error::Error;
 
-/// The overlap baselines of victims in each window of a series
-/// ([`Snapshot::with_baselines`]).
-struct Baselines {
-    /// The victims they were found for.
-    queries: Vec<u32>,
-    naive: Vec<overlap::Overlaps>,
-    deep: Vec<overlap::Overlaps>,
-}
-
 /// An analysis of each window of a series: `((from, to), result)`.
 pub type Series<T> = Vec<((Micros, Micros), T)>;
 
@@ -62,65 +53,52 @@ impl Snapshot {
     /// Level 6 of each victim with the overlap baselines.
     pub fn culprits(&self, opts: &BlameOptions) -> Result<Vec<usecases::CulpritRow>, Error> {
         let windows = Windows::one(method::window(opts));
-        let (b, baselines) = self.with_baselines(opts, &windows, || self.blame(opts))?;
-        let (naive, deep) = match baselines {
-            Some(Baselines {
-                queries,
-                mut naive,
-                mut deep,
-            }) if queries == b.victims.queries => (
-                naive.pop().unwrap_or_default(),
-                deep.pop().unwrap_or_default(),
-            ),
-            _ => {
-                let win = method::window(opts);
-                let naive = overlap::naive(&self.ds, &b.victims.queries, win);
-                (naive, overlap::deep(&self.ds, &b.victims.queries, win))
-            }
-        };
-        Ok(usecases::culprits_from(&self.ds, &b.level4, &naive, &deep))
+        Ok(self.culprits_in(opts, &windows)?.pop().unwrap_or_default())
     }
 
-    /// `blame()` (the sweeps) here and, beside it on a thread of its own,
-    /// the overlap baselines of the victims `opts` names in each of
-    /// `windows`: they need only the victims, and the sweeps leave a core
-    /// idle for much of their time (the victims' slot sweep, the rows made
-    /// of totals; on 5,000 hosts the baselines took about 35 ms of one
-    /// core after them, `docs/performance.md`). `None` if the victims
-    /// could not be resolved (the sweeps then fail the same way) or the
-    /// thread failed; the caller checks that the victims are the sweeps'
-    /// and finds the baselines again otherwise.
-    fn with_baselines<T>(
+    /// `culprits` in each of `windows`: the sweeps (`blame_series`) here
+    /// and, beside them on a thread of their own, the overlap baselines of
+    /// the same victims (resolved over the windows' union, as the sweeps
+    /// resolve them). The baselines need only the victims, and the sweeps
+    /// leave a core idle for much of their time (the victims' slot sweep,
+    /// the rows made of totals; on 5,000 hosts the baselines took about
+    /// 35 ms of one core after them, `docs/performance.md`).
+    fn culprits_in(
         &self,
         opts: &BlameOptions,
         windows: &Windows,
-        blame: impl FnOnce() -> Result<T, Error>,
-    ) -> Result<(T, Option<Baselines>), Error> {
+    ) -> Result<Vec<Vec<usecases::CulpritRow>>, Error> {
         let ds = &self.ds;
-        // The victims as the sweeps resolve them (`method::blame_series`).
         let (from, to) = windows.whole();
-        let opts = BlameOptions {
+        let union = BlameOptions {
             from: Some(from),
             to: Some(to),
             ..opts.clone()
         };
-        std::thread::scope(|scope| {
-            let side = scope.spawn(move || {
-                let queries = method::resolve_victims(ds, &opts).ok()?.queries;
+        let (blamed, baselines) = std::thread::scope(|scope| {
+            let side = scope.spawn(move || -> Result<_, MethodError> {
+                let queries = method::resolve_victims(ds, &union)?.queries;
                 let naive = overlap::naive_series(ds, &queries, windows);
                 let deep = overlap::deep_series(ds, &queries, windows);
-                Some(Baselines {
-                    queries,
-                    naive,
-                    deep,
-                })
+                Ok((queries, naive, deep))
             });
-            // Joined before the sweeps' error is returned: a scope that
-            // ends with a panicked thread not joined panics itself.
-            let blamed = blame();
-            let baselines = side.join().ok().flatten();
-            Ok((blamed?, baselines))
-        })
+            // Both before either's error is returned: a scope that ends
+            // with a panicked thread not joined panics itself.
+            (self.blame_series(opts, windows), side.join())
+        });
+        let (victims, series) = blamed?;
+        let (queries, naive, deep) = baselines
+            .map_err(|_| Error::Internal("the overlap baselines' thread panicked".into()))??;
+        if queries != victims.queries {
+            return Err(Error::Internal(
+                "the overlap baselines were found for other victims than the sweeps'".into(),
+            ));
+        }
+        Ok(series
+            .iter()
+            .zip(naive.iter().zip(&deep))
+            .map(|(level4, (naive, deep))| usecases::culprits_from(ds, level4, naive, deep))
+            .collect())
     }
 
     /// The iQC-Graph of the victims (section 6).
@@ -203,23 +181,8 @@ impl Snapshot {
         step: Micros,
     ) -> Result<Series<Vec<usecases::CulpritRow>>, Error> {
         let windows = series_of(opts, step)?;
-        let ((victims, series), baselines) =
-            self.with_baselines(opts, &windows, || self.blame_series(opts, &windows))?;
-        let (naive, deep) = match baselines {
-            Some(b) if b.queries == victims.queries => (b.naive, b.deep),
-            _ => (
-                overlap::naive_series(&self.ds, &victims.queries, &windows),
-                overlap::deep_series(&self.ds, &victims.queries, &windows),
-            ),
-        };
-        Ok(windows
-            .iter()
-            .zip(series)
-            .zip(naive.iter().zip(&deep))
-            .map(|((w, level4), (naive, deep))| {
-                (w, usecases::culprits_from(&self.ds, &level4, naive, deep))
-            })
-            .collect())
+        let rows = self.culprits_in(opts, &windows)?;
+        Ok(windows.iter().zip(rows).collect())
     }
 
     /// `aggressive_queries` of each window of a series, from one sweep.
