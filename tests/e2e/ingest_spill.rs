@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::TimestampMicrosecondType;
 use culprit_core::Table;
 use futures::TryStreamExt;
@@ -160,7 +160,8 @@ async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
     assert!(close(got[1], sum(&tasks, "cpu_seconds")), "{got:?}");
 
     // Each window file holds one host bucket's rows, by its task's host
-    // (the bucket the spilled index gave).
+    // (the bucket the spilled index gave), each row with its task's host's
+    // key.
     let mut host_of: HashMap<String, String> = HashMap::new();
     for b in &tasks {
         let ids = b.column_by_name("task_id").unwrap().as_string::<i32>();
@@ -183,12 +184,23 @@ async fn ingest_spilled_task_index_keeps_rows_rejections_and_dedup() {
             .unwrap();
         for b in &batches {
             let ids = b.column_by_name("task_id").unwrap().as_string::<i32>();
+            let keys = b
+                .column_by_name(culprit_store::layout::HOST_KEY)
+                .expect("the host key column")
+                .as_primitive::<arrow::datatypes::UInt32Type>();
             for i in 0..b.num_rows() {
                 let host = &host_of[ids.value(i)];
                 assert_eq!(
                     culprit_store::layout::host_bucket(host),
                     bucket,
                     "{}",
+                    f.path
+                );
+                assert!(keys.is_valid(i), "{}: row {i}", f.path);
+                assert_eq!(
+                    keys.value(i),
+                    culprit_store::layout::host_key(host),
+                    "{}: row {i}",
                     f.path
                 );
             }

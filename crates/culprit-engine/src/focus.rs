@@ -695,14 +695,16 @@ impl Engine {
                 let (base, mut added) = (read_bytes(&ds).saturating_add(apart), 0usize);
                 grow_to(&mut held, base);
                 let needs_apart = needs.clone();
+                // By host key only where every task read has one host: a
+                // task stored again on another host (the first read
+                // stands) may have rows written with the other's key.
+                let keys = (ds.host_conflicts == 0).then(|| needs.host_keys(&ds));
                 let then: Then<Result<Option<(usize, ResolvedWindows)>, Error>> =
                     Arc::new(move |b| {
-                        let Some(b) =
-                            keep(&b, "window_start", None, "window_end", (from, to), None)?
+                        let Some((rows, b)) = windows_of_hosts(&b, (from, to), keys.as_ref())?
                         else {
                             return Ok(None);
                         };
-                        let rows = b.num_rows();
                         let resolved = resolver
                             .resolve(&b, &|host, r, s, e| needs_apart.overlaps(host, r, s, e));
                         Ok(Some((rows, resolved)))
@@ -1108,6 +1110,49 @@ fn of_named_queries(
     Ok(out)
 }
 
+/// The window rows of `b` that overlap `[from, to]`, how many, and of
+/// them those a focused read matches to their tasks: if `keys` are given
+/// ([`Needs::host_keys`]: those of the hosts of an explained task), the
+/// rows of those hosts and the rows of no key (the column is NULL where
+/// the writer did not know the task, and absent from files written before
+/// it); else all. A row of another host overlaps no explained task, so it
+/// is never kept, and its task (not marked as having rows) is not one
+/// whose totals an explained task meets. `None` if none overlaps.
+fn windows_of_hosts(
+    b: &RecordBatch,
+    (from, to): (i64, i64),
+    keys: Option<&HostKeys>,
+) -> Result<Option<(usize, RecordBatch)>, Error> {
+    use arrow::datatypes::UInt32Type;
+    let (Some(s), Some(e)) = (time(b, "window_start"), time(b, "window_end")) else {
+        // Not rows the method can use: as on a full read.
+        return Ok(Some((b.num_rows(), b.clone())));
+    };
+    let key = keys.and_then(|keys| {
+        let column = b.column_by_name(culprit_store::layout::HOST_KEY)?;
+        Some((column.as_primitive_opt::<UInt32Type>()?, keys))
+    });
+    let mut in_time = 0;
+    let mask: BooleanArray = (0..b.num_rows())
+        .map(|i| {
+            let time = s.is_valid(i) && e.is_valid(i) && s.value(i) <= to && from <= e.value(i);
+            in_time += usize::from(time);
+            Some(time && key.is_none_or(|(k, keys)| k.is_null(i) || keys.contains(&k.value(i))))
+        })
+        .collect();
+    if in_time == 0 {
+        return Ok(None);
+    }
+    let kept = match filtered(b, &mask, "window rows by time and host")? {
+        Some(kept) => kept,
+        None => b.slice(0, 0),
+    };
+    Ok(Some((in_time, kept)))
+}
+
+/// The host keys of [`windows_of_hosts`].
+type HostKeys = rustc_hash::FxHashSet<u32>;
+
 /// The rows of `b` that `mask` keeps; `None` if it keeps none.
 fn filtered(
     b: &RecordBatch,
@@ -1262,6 +1307,16 @@ impl Needs {
             &self.runs
         };
         meets(of, host, start, end)
+    }
+
+    /// The keys of the hosts with an explained task, as stored with the
+    /// window rows ([`culprit_store::layout::HOST_KEY`]): a row of another
+    /// host overlaps no explained task.
+    fn host_keys(&self, ds: &Dataset) -> HostKeys {
+        (0..self.spans.len())
+            .filter(|&h| !self.spans[h].is_empty())
+            .map(|h| culprit_store::layout::host_key(ds.hosts.name(h as u32)))
+            .collect()
     }
 
     /// Whether `[start, end]` on `host` overlaps an explained task's run

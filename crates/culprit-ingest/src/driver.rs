@@ -17,7 +17,7 @@ use crate::hostmetrics::{self, HostMetricsOptions};
 use crate::identity;
 use crate::sources::SourceFile;
 use crate::spark::{self, LogUnit};
-use crate::task_index::{KeyMap, NO_BUCKET};
+use crate::task_index::KeyMap;
 use crate::trino;
 use crate::validate::{self, BatchDuplicates, Known, Place};
 
@@ -237,8 +237,9 @@ pub async fn ingest(
     Ok(report)
 }
 
-/// A batch whose window rows are written by the host buckets the ingest
-/// gives (from its task index), so the batch keeps no map of its own.
+/// A batch whose window rows are written with the host keys the ingest
+/// gives (from its task index; each in its key's bucket), so the batch
+/// keeps no map of its own.
 fn begin(store: &Store) -> PendingBatch {
     let mut pending = store.begin();
     pending.set_note_tasks(false);
@@ -462,8 +463,8 @@ struct Buffer {
     batches: Vec<RecordBatch>,
     /// Per batch, where its rows came from (window tables only).
     places: Vec<Vec<Place>>,
-    /// Per batch, the host bucket of each row (`task_windows` only).
-    buckets: Vec<Vec<u32>>,
+    /// Per batch, the host key of each row (`task_windows` only).
+    host_keys: Vec<Vec<u32>>,
     /// Per batch, how a window identity seen before in this ingest is
     /// treated.
     modes: Vec<BatchDuplicates>,
@@ -754,7 +755,7 @@ impl Ctx<'_> {
         entry.bytes += checked.batch.get_array_memory_size();
         entry.batches.push(checked.batch);
         entry.places.push(checked.places);
-        entry.buckets.push(checked.buckets);
+        entry.host_keys.push(checked.host_keys);
         entry.modes.push(duplicates);
         if entry.bytes >= FLUSH_BYTES {
             let buffer = std::mem::take(entry);
@@ -816,12 +817,12 @@ impl Ctx<'_> {
     async fn write(&mut self, table: Table, buffer: Buffer) -> Result<()> {
         if identity::columns(table).is_empty() {
             return self
-                .spawn_write(table, buffer.batches, buffer.buckets)
+                .spawn_write(table, buffer.batches, buffer.host_keys)
                 .await;
         }
         let digested = digest_part(table, &buffer.batches);
-        let (batches, buckets) = self.drop_duplicate_windows(table, buffer, digested).await?;
-        self.spawn_write(table, batches, buckets).await
+        let (batches, host_keys) = self.drop_duplicate_windows(table, buffer, digested).await?;
+        self.spawn_write(table, batches, host_keys).await
     }
 
     /// Begins the write of these rows, once the write before is done.
@@ -829,7 +830,7 @@ impl Ctx<'_> {
         &mut self,
         table: Table,
         batches: Vec<RecordBatch>,
-        buckets: Vec<Vec<u32>>,
+        host_keys: Vec<Vec<u32>>,
     ) -> Result<()> {
         let mut pending = self.pending().await?;
         // The batch only adds files: the new ones since the last write.
@@ -837,7 +838,7 @@ impl Ctx<'_> {
         self.landed.extend_from_slice(&written[self.landed.len()..]);
         self.in_flight = Some(tokio::spawn(async move {
             let written = if table == Table::TaskWindows {
-                pending.write_routed(table, batches, buckets).await
+                pending.write_routed(table, batches, host_keys).await
             } else {
                 pending.write_owned(table, batches).await
             };
@@ -897,12 +898,12 @@ impl Ctx<'_> {
             batches,
             places,
             modes,
-            buckets,
+            host_keys,
             ..
         } = buffer;
         let Digested { ours, dups, span } = digested;
         let mut keep: Vec<Vec<bool>> = batches.iter().map(|b| vec![true; b.num_rows()]).collect();
-        let needs = self.rows_to_look_up(table, &batches, &buckets);
+        let needs = self.rows_to_look_up(table, &batches, &host_keys);
         for (b, i, fb, fi) in dups {
             let (b, i) = (b as usize, i as usize);
             keep[b][i] = false;
@@ -917,7 +918,7 @@ impl Ctx<'_> {
                 .map(|at| (ours[at].1 as usize, ours[at].2 as usize))
         };
         let Some((first, last)) = span else {
-            return Ok((batches, buckets));
+            return Ok((batches, host_keys));
         };
         // Rows this batch wrote already (from earlier parts of the input):
         // only rows that may be among them are looked up, in the files of
@@ -1031,19 +1032,18 @@ impl Ctx<'_> {
                 .collect(),
         ));
         drop(ours);
-        let mut kept_buckets = Vec::with_capacity(buckets.len());
+        let mut kept_host_keys = Vec::with_capacity(host_keys.len());
         let mut kept = Vec::with_capacity(batches.len());
-        for ((batch, keep), bucket) in batches.into_iter().zip(keep).zip(buckets) {
+        for ((batch, keep), key) in batches.into_iter().zip(keep).zip(host_keys) {
             if keep.iter().all(|k| *k) {
                 kept.push(batch);
-                kept_buckets.push(bucket);
+                kept_host_keys.push(key);
                 continue;
             }
-            let bucket = if bucket.is_empty() {
-                bucket
+            let key = if key.is_empty() {
+                key
             } else {
-                bucket
-                    .into_iter()
+                key.into_iter()
                     .zip(&keep)
                     .filter_map(|(b, k)| k.then_some(b))
                     .collect()
@@ -1053,9 +1053,9 @@ impl Ctx<'_> {
                 arrow::compute::filter_record_batch(&batch, &mask)
                     .map_err(|e| IngestError::Store(e.into()))?,
             );
-            kept_buckets.push(bucket);
+            kept_host_keys.push(key);
         }
-        Ok((kept, kept_buckets))
+        Ok((kept, kept_host_keys))
     }
 
     /// Row `r` of `batch` repeats a row written earlier in this ingest.
@@ -1083,7 +1083,7 @@ impl Ctx<'_> {
         &mut self,
         table: Table,
         batches: &[RecordBatch],
-        buckets: &[Vec<u32>],
+        host_keys: &[Vec<u32>],
     ) -> Option<LookUp> {
         use arrow::array::Array;
         if table == Table::HostWindows {
@@ -1095,7 +1095,7 @@ impl Ctx<'_> {
         let tasks = &mut self.known.tasks;
         tasks.next_write();
         let mut look = LookUp::new(batches.len());
-        for (batch, buckets) in batches.iter().zip(buckets) {
+        for (batch, host_keys) in batches.iter().zip(host_keys) {
             let Some((ids, starts, ends)) = keyed_spans(batch, "task_id") else {
                 // Not the checked schema: every row is looked up.
                 return None;
@@ -1117,8 +1117,12 @@ impl Ctx<'_> {
                     };
                 }
                 if *row {
-                    look.buckets
-                        .insert(buckets.get(i).copied().unwrap_or(NO_BUCKET));
+                    // A row of no key is in no bucket's files.
+                    let key = host_keys.get(i).copied();
+                    look.buckets.insert(
+                        key.and_then(culprit_store::layout::key_bucket)
+                            .unwrap_or(u32::MAX),
+                    );
                     let (a, z) = (starts.value(i), ends.value(i));
                     look.span = Some(widen(look.span, (a, z)));
                 }

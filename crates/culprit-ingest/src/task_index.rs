@@ -122,11 +122,11 @@ const CURSOR_MOST: usize = 2048;
 /// for at once: 2^24 (a filter of 20 MiB).
 pub const EXPECTED_MOST: usize = 1 << 24;
 
-/// No host bucket (a task stored before this ingest: its host is not read).
-pub const NO_BUCKET: u32 = u32::MAX;
+/// No host key (a task stored before this ingest: its host is not read).
+pub use culprit_store::layout::NO_HOST_KEY;
 
-/// A task this ingest knows: its run, for checking its windows, its host
-/// bucket, for writing them, and where it was accepted, for the message of
+/// A task this ingest knows: its run, for checking its windows, its
+/// host's key, for writing them (in its bucket, with the key), and where it was accepted, for the message of
 /// a duplicate. 40 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskSpan {
@@ -138,8 +138,9 @@ pub struct TaskSpan {
     pub(crate) origin: u64,
     /// The file (`Known::files`) that gave it, `u32::MAX` for a stored task.
     pub(crate) file: u32,
-    /// The host bucket of the task ([`NO_BUCKET`] if unknown).
-    pub bucket: u32,
+    /// The key of the task's host ([`culprit_store::layout::host_key`];
+    /// [`NO_HOST_KEY`] if unknown).
+    pub host_key: u32,
 }
 
 impl TaskSpan {
@@ -156,7 +157,7 @@ impl TaskSpan {
             out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         out[48..52].copy_from_slice(&self.file.to_le_bytes());
-        out[52..56].copy_from_slice(&self.bucket.to_le_bytes());
+        out[52..56].copy_from_slice(&self.host_key.to_le_bytes());
         out[56..64].copy_from_slice(&pos.to_le_bytes());
     }
 
@@ -172,7 +173,7 @@ impl TaskSpan {
                     ready: u(4) as i64,
                     origin: u(5),
                     file: w(48),
-                    bucket: w(52),
+                    host_key: w(52),
                 },
                 pos: u(7),
             },
@@ -914,7 +915,7 @@ mod tests {
             ready: -(i as i64),
             origin: i | 1 << 63,
             file: (i % 7) as u32,
-            bucket: (i % 16) as u32,
+            host_key: (i % 16) as u32,
         }
     }
 

@@ -12,7 +12,7 @@ use culprit_core::{ColumnKind, Resource, Table};
 use crate::convert::convert;
 use crate::formats::{Origin, RawRows};
 
-pub use crate::task_index::{KeyMap, KeySet, TaskIndex, TaskSpan, NO_BUCKET};
+pub use crate::task_index::{KeyMap, KeySet, TaskIndex, TaskSpan, NO_HOST_KEY};
 
 impl TaskSpan {
     pub fn ready(&self) -> Option<i64> {
@@ -28,7 +28,7 @@ impl TaskSpan {
             origin: 0,
             // The host of a stored task is not read: its windows go to the
             // files of no bucket, as they did before.
-            bucket: NO_BUCKET,
+            host_key: NO_HOST_KEY,
         }
     }
 
@@ -116,9 +116,10 @@ pub struct Checked {
     /// Where each row of `batch` came from (window tables only, for the
     /// identity check when they are written; empty for the others).
     pub places: Vec<Place>,
-    /// The host bucket of each row of `batch` (its task's; `task_windows`
-    /// only, empty for the others): the file it is written to.
-    pub buckets: Vec<u32>,
+    /// The host key of each row of `batch` (its task's host's,
+    /// `culprit_store::layout::host_key`; `task_windows` only, empty for
+    /// the others): stored with the row, its bucket the file's.
+    pub host_keys: Vec<u32>,
 }
 
 /// How to treat a key seen earlier in the same batch.
@@ -228,7 +229,7 @@ pub fn check_converted(
     };
     check_time_order(&view, rows, &mut reasons);
     check_resources(&view, rows, &mut reasons);
-    let buckets = if table == Table::TaskWindows {
+    let host_keys = if table == Table::TaskWindows {
         check_windows_in_tasks(&view, rows, known, &mut reasons)
     } else {
         Vec::new()
@@ -250,10 +251,13 @@ pub fn check_converted(
             .map(|i| (f, raw.origins[i]))
             .collect()
     };
-    let buckets = if buckets.is_empty() || all_kept {
-        buckets
+    let host_keys = if host_keys.is_empty() || all_kept {
+        host_keys
     } else {
-        (0..rows).filter(|&i| keep[i]).map(|i| buckets[i]).collect()
+        (0..rows)
+            .filter(|&i| keep[i])
+            .map(|i| host_keys[i])
+            .collect()
     };
     let columns = if all_kept {
         columns
@@ -280,7 +284,7 @@ pub fn check_converted(
         rejected,
         already_stored: already.iter().filter(|a| **a).count(),
         places,
-        buckets,
+        host_keys,
     })
 }
 
@@ -423,8 +427,8 @@ fn check_resources(columns: &Columns, rows: usize, reasons: &mut Reasons) {
 /// Rejects task windows that name no known task or lie outside its run: a
 /// slot wait must lie inside [ready_time, launch_time), any other window
 /// inside [launch_time, finish_time]. Rows already rejected are not looked
-/// at (their values may be missing). Returns each row's host bucket (its
-/// task's; [`NO_BUCKET`] when unknown).
+/// at (their values may be missing). Returns each row's host key (its
+/// task's host's; [`NO_HOST_KEY`] when unknown).
 fn check_windows_in_tasks(
     columns: &Columns,
     rows: usize,
@@ -439,8 +443,8 @@ fn check_windows_in_tasks(
     );
     // Consecutive rows usually name the same task: looked up once.
     let mut last: Option<(&str, Option<TaskSpan>)> = None;
-    let mut buckets = vec![NO_BUCKET; rows];
-    for (i, bucket) in buckets.iter_mut().enumerate() {
+    let mut host_keys = vec![NO_HOST_KEY; rows];
+    for (i, key) in host_keys.iter_mut().enumerate() {
         if !reasons.accepts(i) {
             continue;
         }
@@ -468,7 +472,7 @@ fn check_windows_in_tasks(
             reasons.reject(i, reason);
             continue;
         };
-        *bucket = span.bucket;
+        *key = span.host_key;
         let (start, end) = (starts.value(i), ends.value(i));
         if resources.value(i) == "slots" {
             match span.ready() {
@@ -489,7 +493,7 @@ fn check_windows_in_tasks(
             );
         }
     }
-    buckets
+    host_keys
 }
 
 /// Checks the keys of the rows not rejected: a key already stored means
@@ -588,7 +592,7 @@ fn check_task_keys(
                     },
                     file: f,
                     origin: pack(raw.origins[i]),
-                    bucket: culprit_store::layout::host_bucket(hosts.value(i)),
+                    host_key: culprit_store::layout::host_key(hosts.value(i)),
                 },
             ),
             Some(span) => match span.place() {

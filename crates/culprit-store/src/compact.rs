@@ -432,7 +432,7 @@ impl Store {
         (from, to): (i64, i64),
     ) -> Result<Vec<RecordBatch>> {
         let key = crate::layout::sort_key(table.name()).unwrap_or_default();
-        let schema = table.schema();
+        let schema = crate::layout::stored_schema(table);
         // Owned futures, as in `time_order`.
         let mut read = futures::stream::iter(0..files.len())
             .map(|i| {
@@ -478,7 +478,7 @@ impl Store {
         files: &[DataFile],
         order: Option<TimeOrder>,
     ) -> Result<()> {
-        let schema = table.schema();
+        let schema = crate::layout::stored_schema(table);
         let (expected, held) = match &order {
             Some(order) => (order.rows(), "their footers count"),
             None => (files.iter().map(|f| f.rows).sum(), "the manifest counts"),

@@ -235,7 +235,7 @@ impl Store {
                     report.dropped += 1;
                 } else {
                     report.rewritten += 1;
-                    let schema = table.schema();
+                    let schema = crate::layout::stored_schema(table);
                     let rows = self.scan_files(vec![file.clone()], None).map({
                         let (schema, gone) = (schema.clone(), &gone);
                         move |b| {

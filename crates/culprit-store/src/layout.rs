@@ -19,15 +19,71 @@
 /// unbucketed (correct, less bounded in memory).
 pub const HOST_BUCKETS: u32 = 16;
 
-/// The bucket of a host: FNV-1a of its name, stable across versions and
-/// machines (it is part of the stored layout).
-pub fn host_bucket(host: &str) -> u32 {
+/// FNV-1a of a host's name, stable across versions and machines (part of
+/// the stored layout).
+fn host_hash(host: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in host.bytes() {
         h ^= b as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (h % HOST_BUCKETS as u64) as u32
+    h
+}
+
+/// The bucket of a host: its [`host_hash`] modulo [`HOST_BUCKETS`], and
+/// so its [`host_key`] modulo the same.
+pub fn host_bucket(host: &str) -> u32 {
+    (host_hash(host) % HOST_BUCKETS as u64) as u32
+}
+
+/// The column of `task_windows` files that holds, for each row, the
+/// [`host_key`] of its task's host (NULL where the writer did not know the
+/// task: window rows written before their task, in another batch, and
+/// every row of files written before the column). Not a column of the
+/// table: SQL does not show it (the table's schema is the interchange
+/// one); a read for named victims drops the rows of hosts it does not
+/// explain without looking up their tasks (`culprit-engine`'s `focus.rs`).
+pub const HOST_KEY: &str = "host_key";
+
+/// No host key: [`host_key`] never gives it (a writer's "unknown").
+pub const NO_HOST_KEY: u32 = u32::MAX;
+
+/// A host's key in the stored window rows ([`HOST_KEY`]): the low 32 bits
+/// of its [`host_hash`], [`NO_HOST_KEY`] moved down by [`HOST_BUCKETS`].
+/// Hosts may share a key (a reader keeps the rows of every host of a key
+/// it wants); a key modulo [`HOST_BUCKETS`] is its host's bucket.
+pub fn host_key(host: &str) -> u32 {
+    key_of_hash(host_hash(host))
+}
+
+fn key_of_hash(h: u64) -> u32 {
+    match h as u32 {
+        NO_HOST_KEY => NO_HOST_KEY - HOST_BUCKETS,
+        k => k,
+    }
+}
+
+/// The host bucket of a [`host_key`] (`None` for [`NO_HOST_KEY`]).
+pub fn key_bucket(key: u32) -> Option<u32> {
+    (key != NO_HOST_KEY).then_some(key % HOST_BUCKETS)
+}
+
+/// The schema of a table's stored files: the table's own, and for
+/// `task_windows` the [`HOST_KEY`] column after it.
+pub fn stored_schema(table: culprit_core::Table) -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema};
+    static WINDOWS: std::sync::OnceLock<arrow::datatypes::SchemaRef> = std::sync::OnceLock::new();
+    if table != culprit_core::Table::TaskWindows {
+        return table.schema();
+    }
+    WINDOWS
+        .get_or_init(|| {
+            let own = table.schema();
+            let mut fields: Vec<Field> = own.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(HOST_KEY, DataType::UInt32, true));
+            std::sync::Arc::new(Schema::new_with_metadata(fields, own.metadata().clone()))
+        })
+        .clone()
 }
 
 /// A 128-bit digest of a text (two SipHash-1-3 with different first
@@ -160,5 +216,32 @@ mod tests {
             seen[host_bucket(&format!("host-{h:04}")) as usize] += 1;
         }
         assert!(seen.iter().all(|&n| n > 10), "{seen:?}");
+    }
+
+    #[test]
+    fn a_hosts_key_gives_its_bucket_and_is_never_the_unknown_one() {
+        // Part of the stored layout: FNV-1a's low 32 bits.
+        assert_eq!(host_key(""), 0xcbf2_9ce4_8422_2325u64 as u32);
+        assert_eq!(host_key("a"), 0xaf63_dc4c_8601_ec8cu64 as u32);
+        for h in 0..5000 {
+            let host = format!("host-{h:04}");
+            assert_eq!(key_bucket(host_key(&host)), Some(host_bucket(&host)));
+        }
+        // A hash whose low bits are the unknown key keeps its bucket.
+        let h = 0x1234_5678_ffff_ffffu64;
+        assert_ne!(key_of_hash(h), NO_HOST_KEY);
+        assert_eq!(
+            key_bucket(key_of_hash(h)),
+            Some((h % HOST_BUCKETS as u64) as u32)
+        );
+        assert_eq!(key_bucket(NO_HOST_KEY), None);
+        let schema = stored_schema(culprit_core::Table::TaskWindows);
+        let own = culprit_core::Table::TaskWindows.schema();
+        assert_eq!(schema.fields().len(), own.fields().len() + 1);
+        assert_eq!(schema.field(own.fields().len()).name(), HOST_KEY);
+        assert_eq!(
+            stored_schema(culprit_core::Table::Tasks),
+            culprit_core::Table::Tasks.schema()
+        );
     }
 }

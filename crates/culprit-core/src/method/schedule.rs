@@ -509,18 +509,26 @@ fn bucket_jobs<S: BucketSource>(
         chunks[0] = nodes;
     }
     // A bucket that got rows from another bucket's files is swept again
-    // with them (rare: a task stored twice with different hosts).
-    for (b, extra) in strays {
-        if !in_share(b) {
-            // A share is only asked for when no task has two hosts
-            // (`Dataset::host_conflicts`), so this cannot happen.
-            return Err(MethodError::Internal(format!(
-                "host bucket {b} has rows in another bucket's files; it cannot be swept in a share"
-            ))
-            .into());
-        }
-        let part = read_bucket(b, &mut Strays::new())?;
-        chunks[b + 1] = sweep_bucket(b, &[&part, &extra])?;
+    // with them (rare: a task stored twice with different hosts), on the
+    // sweep threads as the first sweeps (a source may block on its reads,
+    // which the caller's thread, a Tokio worker's, cannot).
+    let mut again: Vec<(usize, Part)> = strays.into_iter().collect();
+    again.sort_unstable_by_key(|(b, _)| *b);
+    if let Some((b, _)) = again.iter().find(|(b, _)| !in_share(*b)) {
+        // A share is only asked for when no task has two hosts
+        // (`Dataset::host_conflicts`), so this cannot happen.
+        return Err(MethodError::Internal(format!(
+            "host bucket {b} has rows in another bucket's files; it cannot be swept in a share"
+        ))
+        .into());
+    }
+    let swept = parallel(again.len(), |k| -> Result<Nodes, S::Error> {
+        let (b, extra) = &again[k];
+        let part = read_bucket(*b, &mut Strays::new())?;
+        Ok(sweep_bucket(*b, &[&part, extra])?)
+    })?;
+    for ((b, _), nodes) in again.iter().zip(swept) {
+        chunks[b + 1] = nodes?;
     }
     Ok(chunks)
 }
