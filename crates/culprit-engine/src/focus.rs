@@ -42,8 +42,9 @@
 //! statement gives the same bits): the store decodes the row groups read
 //! on several tasks at once, and each task goes on with its rows
 //! (`Store::scan_overlapping_then`): tasks are cut to the span, window
-//! rows are checked, matched to their tasks and cut to those beside an
-//! explained task ([`culprit_core::method::TaskResolver`], a copy of the
+//! rows of hosts with no explained task are dropped by their stored host
+//! key ([`windows_of_hosts`]), the others checked, matched to their tasks
+//! and cut to those beside an explained task ([`culprit_core::method::TaskResolver`], a copy of the
 //! dataset's task ids and their hosts: finding a row's task was most of
 //! what adding a row cost the thread that adds them, whether most rows are
 //! kept, as by default, or not, as with `slots=direct`), while the dataset
@@ -676,14 +677,15 @@ impl Engine {
         let tasks_read = started.elapsed();
         let mut windows_read = tasks_read;
         if let Some((from, to)) = region {
-            // Window rows: decoded, checked, matched to their tasks, cut
-            // to those beside an explained task and made the dataset's
-            // rows by the store's tasks, several row groups at once
-            // (finding a row's task is most of what adding it cost one
-            // thread, which then kept the second core half idle); pushed
-            // to their groups here, in the order read. The resolver's
-            // copy of the task ids is counted beside the dataset while it
-            // lives, then given back.
+            // Window rows: decoded, those of hosts with no explained task
+            // dropped by their host key, the others checked, matched to
+            // their tasks, cut to those beside an explained task and made
+            // the dataset's rows by the store's tasks, several row groups
+            // at once (finding a row's task is most of what adding it cost
+            // one thread, which then kept the second core half idle);
+            // pushed to their groups here, in the order read. The
+            // resolver's copy of the task ids is counted beside the
+            // dataset while it lives, then given back.
             let files: Vec<_> = manifest.files_of(Table::TaskWindows).cloned().collect();
             if !files.is_empty() {
                 let before = held.as_deref().map(|h| h.size());

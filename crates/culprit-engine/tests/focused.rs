@@ -513,6 +513,24 @@ async fn a_focused_analysis_reads_the_whole_slot_pool_and_no_other_hosts_windows
     assert_same(&got, &culprits(&direct, &opts), "with host keys");
     assert_same(&got, &culprits(&old_direct, &opts), "without host keys");
     assert!(compare(&old, &victims).await > 0);
+    // Compacted, the older files' rows have no key in the merged files:
+    // still looked up, the same numbers.
+    let report = old
+        .compact(&culprit_store::CompactOptions::default(), |_, _| {})
+        .await
+        .unwrap();
+    assert!(report.merged.contains_key("task_windows"), "{report:?}");
+    let merged = Engine::new(old.clone())
+        .focused(&Focus::of(&opts).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(marked(&merged));
+    assert_same(
+        &got,
+        &culprits(&merged, &opts),
+        "compacted without host keys",
+    );
 
     // Transitive slot blame, asked twice of one engine: the second read
     // has the holders' shares from the first and reads nothing of their
@@ -634,7 +652,39 @@ async fn a_task_stored_again_on_another_host_keeps_its_rows_beside_the_victim() 
         .unwrap()
         .unwrap();
     assert_same(&want, &culprits(&focused, &opts), "a task on two hosts");
+    // The whole store read bucket by bucket, asked on a Tokio worker (this
+    // test's thread): `n1`'s row, in the files of `a`'s bucket, is read
+    // again with `b`'s, on the sweep threads (read on the caller's thread,
+    // it panicked: a runtime cannot block in itself), and so are the
+    // buckets the victims' slowdowns read.
     assert!(compare(&store, &victims).await > 0);
+    let streamed = Engine::with_window_cache(store.clone(), 0)
+        .snapshot(false)
+        .await
+        .unwrap();
+    assert!(streamed.streamed());
+    let all = BlameOptions::default();
+    let summary = |s: &Snapshot| {
+        let mut v: Vec<(String, f64, f64)> = s
+            .victims(&all)
+            .unwrap()
+            .iter()
+            .map(|v| {
+                let name = s.ds.queries.name(v.query).to_string();
+                (name, v.blocked, v.slowdown.unwrap_or(-1.0))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let (got, whole) = (summary(&streamed), summary(&full));
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (a, b) in got.iter().zip(&whole) {
+        assert!(
+            a.0 == b.0 && same(a.1, b.1) && same(a.2, b.2),
+            "{got:?} {whole:?}"
+        );
+    }
 }
 
 /// A victim that waited for a slot before it ran: the rows of another

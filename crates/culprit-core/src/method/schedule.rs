@@ -522,6 +522,9 @@ fn bucket_jobs<S: BucketSource>(
         ))
         .into());
     }
+    if again.is_empty() {
+        return Ok(chunks);
+    }
     let swept = parallel(again.len(), |k| -> Result<Nodes, S::Error> {
         let (b, extra) = &again[k];
         let part = read_bucket(*b, &mut Strays::new())?;

@@ -201,6 +201,23 @@ pub fn slowdowns_streamed<S: BucketSource>(
     window: (Micros, Micros),
     source: &S,
 ) -> Result<FxHashMap<u32, f64>, S::Error> {
+    // On a thread of its own, the rows in the same order: a source may
+    // block on its reads, which the caller's thread (a Tokio worker's)
+    // cannot.
+    let read = super::schedule::parallel(1, |_| slowdowns_read(ds, victims, window, source))?;
+    match read.into_iter().next() {
+        Some(slowdowns) => slowdowns,
+        None => Err(crate::MethodError::Internal("the slowdowns' read did not run".into()).into()),
+    }
+}
+
+/// The reads and sums of [`slowdowns_streamed`], on the calling thread.
+fn slowdowns_read<S: BucketSource>(
+    ds: &Dataset,
+    victims: &Victims,
+    window: (Micros, Micros),
+    source: &S,
+) -> Result<FxHashMap<u32, f64>, S::Error> {
     let mut acc = SlowdownAcc::new(ds, victims, window);
     let mut sink = |_task: u32, group: usize, row: WindowRow| acc.add(group, &row);
     for i in 0..source.unbucketed_files() {
