@@ -246,9 +246,38 @@ async fn check(w: &culprit_sim::Workload, victims: &[String], expiry: bool) -> u
         .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
     let mut ends: Vec<i64> = ends.iter().flatten().collect();
     ends.sort();
+    let windows = |m: &culprit_store::Manifest| -> Vec<String> {
+        m.files_of(Table::TaskWindows)
+            .map(|f| f.path.clone())
+            .collect()
+    };
+    let before = windows(&store.manifest().await.unwrap());
     let expired = store.expire(ends[2] + 1, |_, _| {}).await.unwrap();
     // (Simulated queries all overlap: the cut moves back before them all.)
     assert_eq!(expired.queries > 0, expiry, "{expired:?}");
+    // The window files expiry wrote again keep every row's host key (each
+    // task was written with its rows).
+    let after = store.manifest().await.unwrap();
+    let rewritten: Vec<_> = after
+        .files_of(Table::TaskWindows)
+        .filter(|f| !before.contains(&f.path))
+        .cloned()
+        .collect();
+    assert_eq!(!rewritten.is_empty(), expiry, "{expired:?}");
+    for f in rewritten {
+        use futures::TryStreamExt;
+        let rows: Vec<RecordBatch> = store
+            .scan_files(vec![f.clone()], None)
+            .try_collect()
+            .await
+            .unwrap();
+        for b in rows {
+            let keys = b
+                .column_by_name(culprit_store::layout::HOST_KEY)
+                .expect("the host key column");
+            assert_eq!(keys.null_count(), 0, "{}", f.path);
+        }
+    }
     let kept = compare(&store, victims).await;
     assert!(kept > 0);
 
