@@ -44,11 +44,12 @@
 //! (`Store::scan_overlapping_then`): tasks are cut to the span, window
 //! rows of hosts with no explained task are dropped by their stored host
 //! key ([`windows_of_hosts`]), the others checked, matched to their tasks
-//! and cut to those beside an explained task ([`culprit_core::method::TaskResolver`], a copy of the
-//! dataset's task ids and their hosts: finding a row's task was most of
-//! what adding a row cost the thread that adds them, whether most rows are
-//! kept, as by default, or not, as with `slots=direct`), while the dataset
-//! adds those before, on whichever core is free.
+//! and cut to those beside an explained task
+//! ([`culprit_core::method::TaskResolver`], a copy of the dataset's task
+//! ids and their hosts: finding a row's task was most of what adding a
+//! row cost the thread that adds them, whether most rows are kept, as by
+//! default, or not, as with `slots=direct`), while the dataset adds those
+//! before, on whichever core is free.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -949,40 +949,30 @@ fn outside_workload(totals: f64) -> culprit_sim::Workload {
 /// Rewrites the query index of `store` as a culprit wrote it before it
 /// recorded `first_launch`: its files, at their paths, without that column.
 async fn without_first_launch(store: &Store) {
-    use futures::TryStreamExt;
-    use object_store::ObjectStoreExt;
     let manifest = store.manifest().await.unwrap();
-    for f in manifest.files_named(culprit_store::layout::QUERY_SPANS) {
-        let rows: Vec<RecordBatch> = store
-            .scan_files(vec![f.clone()], None)
-            .try_collect()
-            .await
-            .unwrap();
-        let old: Vec<usize> = (0..4).collect();
-        let schema = std::sync::Arc::new(rows[0].schema().project(&old).unwrap());
-        assert!(schema.field_with_name("first_launch").is_err());
-        let mut bytes = Vec::new();
-        let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
-        for b in &rows {
-            writer.write(&b.project(&old).unwrap()).unwrap();
-        }
-        writer.close().unwrap();
-        store
-            .object_store()
-            .put(&store.path(&f.path), bytes.into())
-            .await
-            .unwrap();
-    }
+    let files = manifest.files_named(culprit_store::layout::QUERY_SPANS);
+    without_column(store, files.cloned().collect(), "first_launch").await;
 }
 
 /// Rewrites the window rows of `store` as a culprit wrote them before it
 /// stored each row's host key: their files, at their paths, without that
 /// column.
 async fn without_host_keys(store: &Store) {
+    let manifest = store.manifest().await.unwrap();
+    let files = manifest.files_of(Table::TaskWindows);
+    without_column(
+        store,
+        files.cloned().collect(),
+        culprit_store::layout::HOST_KEY,
+    )
+    .await;
+}
+
+/// Rewrites `files` of `store` at their paths without `column` (each has
+/// it), as an older culprit wrote them.
+async fn without_column(store: &Store, files: Vec<culprit_store::DataFile>, column: &str) {
     use futures::TryStreamExt;
     use object_store::ObjectStoreExt;
-    let manifest = store.manifest().await.unwrap();
-    let files: Vec<_> = manifest.files_of(Table::TaskWindows).cloned().collect();
     assert!(!files.is_empty());
     for f in files {
         let rows: Vec<RecordBatch> = store
@@ -990,11 +980,8 @@ async fn without_host_keys(store: &Store) {
             .try_collect()
             .await
             .unwrap();
-        let key = rows[0]
-            .schema()
-            .index_of(culprit_store::layout::HOST_KEY)
-            .unwrap();
-        let old: Vec<usize> = (0..rows[0].num_columns()).filter(|&c| c != key).collect();
+        let gone = rows[0].schema().index_of(column).unwrap();
+        let old: Vec<usize> = (0..rows[0].num_columns()).filter(|&c| c != gone).collect();
         let schema = std::sync::Arc::new(rows[0].schema().project(&old).unwrap());
         let mut bytes = Vec::new();
         let mut writer = parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();

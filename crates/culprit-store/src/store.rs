@@ -3310,12 +3310,14 @@ pub(crate) mod tests {
         // (computed here from the input's host names) in that key's
         // bucket, those of `t40`..`t49` (no such task) no key.
         let store = Store::open("memory://").unwrap();
-        let tasks = task_rows(0, 40);
-        let hosts = StringArray::from_iter_values((0..40).map(|i| format!("host-{}", i % 7)));
-        let at = tasks.schema().index_of("host").unwrap();
-        let mut columns = tasks.columns().to_vec();
-        columns[at] = Arc::new(hosts);
-        let tasks = RecordBatch::try_new(tasks.schema(), columns).unwrap();
+        let on_hosts = |tasks: RecordBatch, host: &dyn Fn(usize) -> String| {
+            let at = tasks.schema().index_of("host").unwrap();
+            let mut columns = tasks.columns().to_vec();
+            let hosts = (0..tasks.num_rows()).map(host);
+            columns[at] = Arc::new(StringArray::from_iter_values(hosts));
+            RecordBatch::try_new(tasks.schema(), columns).unwrap()
+        };
+        let tasks = on_hosts(task_rows(0, 40), &|i| format!("host-{}", i % 7));
         let want = |id: &str| -> Option<u32> {
             let t: usize = id[1..].parse().unwrap();
             (t < 40).then(|| {
@@ -3365,11 +3367,7 @@ pub(crate) mod tests {
             .write(Table::Tasks, std::slice::from_ref(&tasks))
             .await
             .unwrap();
-        let again = task_rows(0, 1);
-        let at = again.schema().index_of("host").unwrap();
-        let mut columns = again.columns().to_vec();
-        columns[at] = Arc::new(StringArray::from(vec!["host-5"]));
-        let again = RecordBatch::try_new(again.schema(), columns).unwrap();
+        let again = on_hosts(task_rows(0, 1), &|_| "host-5".to_string());
         batch.write(Table::Tasks, &[again]).await.unwrap();
         batch
             .write(Table::TaskWindows, &[window_rows(4)])

@@ -204,11 +204,14 @@ pub fn slowdowns_streamed<S: BucketSource>(
     // On a thread of its own, the rows in the same order: a source may
     // block on its reads, which the caller's thread (a Tokio worker's)
     // cannot.
-    let read = super::schedule::parallel(1, |_| slowdowns_read(ds, victims, window, source))?;
-    match read.into_iter().next() {
-        Some(slowdowns) => slowdowns,
-        None => Err(crate::MethodError::Internal("the slowdowns' read did not run".into()).into()),
-    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| slowdowns_read(ds, victims, window, source))
+            .join()
+    })
+    .unwrap_or_else(|_| {
+        Err(crate::MethodError::Internal("the slowdowns' read panicked".into()).into())
+    })
 }
 
 /// The reads and sums of [`slowdowns_streamed`], on the calling thread.
