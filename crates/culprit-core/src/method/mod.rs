@@ -57,7 +57,7 @@ pub use blame::{
 pub use critical_path::{critical_path, CriticalPath, PathStep};
 pub use graph::{IqcGraph, Node, NodeKey};
 pub use level4::{Culprit, Entry, Level4};
-pub use model::{Dataset, Micros, ResolvedWindows, TaskResolver};
+pub use model::{Dataset, Micros, ResolvedWindows, TaskResolver, TaskRows};
 pub use responsibility::{dor, Bc0, CulpritKind};
 pub use schedule::{sweep_share, BucketNodes, BucketSource, Shards};
 pub use series::{series_windows, Windows, MAX_SERIES_WINDOWS};

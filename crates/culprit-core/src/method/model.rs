@@ -170,6 +170,107 @@ pub struct Totals {
     pub scheduler_delay: f64,
 }
 
+/// The rows of a `tasks` batch and their totals, made where the batch was
+/// decoded ([`TaskRows::of`], on whichever core decoded it), so that the
+/// one thread that adds tasks to a dataset ([`Dataset::add_task_rows`])
+/// does not make and write them: on 5,000 hosts a read adds 394,000
+/// tasks, 38 MB of totals (`docs/performance.md`).
+#[derive(Debug, Clone)]
+pub struct TaskRows {
+    batch: RecordBatch,
+    totals: Vec<Totals>,
+}
+
+impl TaskRows {
+    /// The rows of `batch` with the totals of each (0 where a column is
+    /// missing or NULL).
+    pub fn of(batch: RecordBatch) -> TaskRows {
+        let f = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_primitive_opt::<Float64Type>())
+        };
+        let cols = [
+            "cpu_seconds",
+            "gc_seconds",
+            "input_bytes",
+            "output_bytes",
+            "shuffle_read_bytes",
+            "shuffle_write_bytes",
+            "cpu_blocked",
+            "disk_read_blocked",
+            "disk_write_blocked",
+            "network_blocked",
+            "memory_blocked",
+            "scheduler_delay",
+        ]
+        .map(f);
+        let val = |c: usize, i: usize| -> f64 {
+            cols[c]
+                .filter(|a| a.is_valid(i))
+                .map_or(0.0, |a| a.value(i))
+        };
+        let totals = (0..batch.num_rows())
+            .map(|i| Totals {
+                cpu_seconds: val(0, i),
+                gc_seconds: val(1, i),
+                input_bytes: val(2, i),
+                output_bytes: val(3, i),
+                shuffle_read_bytes: val(4, i),
+                shuffle_write_bytes: val(5, i),
+                cpu_blocked: val(6, i),
+                disk_read_blocked: val(7, i),
+                disk_write_blocked: val(8, i),
+                network_blocked: val(9, i),
+                memory_blocked: val(10, i),
+                scheduler_delay: val(11, i),
+            })
+            .collect();
+        TaskRows { batch, totals }
+    }
+
+    /// The batch's rows.
+    pub fn num_rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+}
+
+/// The totals of a dataset's tasks by task number, in pieces: each batch's
+/// totals as [`TaskRows::of`] made them, not copied again, and those of
+/// tasks added one by one.
+#[derive(Debug, Default, Clone)]
+struct TotalsPieces {
+    /// The task number of each piece's first totals, ascending.
+    firsts: Vec<u32>,
+    pieces: Vec<Vec<Totals>>,
+}
+
+impl TotalsPieces {
+    /// The totals of task `t` (every task has some).
+    fn get(&self, t: u32) -> &Totals {
+        let i = self.firsts.partition_point(|&f| f <= t) - 1;
+        &self.pieces[i][(t - self.firsts[i]) as usize]
+    }
+
+    /// Adds the totals of task `t`, the next one.
+    fn push(&mut self, t: usize, x: Totals) {
+        match self.pieces.last_mut() {
+            Some(last) if self.firsts.last().map(|&f| f as usize + last.len()) == Some(t) => {
+                last.push(x)
+            }
+            _ => self.push_piece(t, vec![x]),
+        }
+    }
+
+    /// Adds the totals of the tasks from `first` on, the next ones.
+    fn push_piece(&mut self, first: usize, piece: Vec<Totals>) {
+        if !piece.is_empty() {
+            self.firsts.push(first as u32);
+            self.pieces.push(piece);
+        }
+    }
+}
+
 /// What the sweeps and reads look at of a task, for every task: 48 bytes,
 /// its totals apart ([`Dataset::totals`]), since passes over every task
 /// (the slot sweep's events, the hosts to sweep, the runs, the read's
@@ -229,7 +330,7 @@ pub struct Dataset {
     stage_ids: FxHashMap<(u32, String), u32>,
     pub tasks: Vec<TaskInfo>,
     /// The totals of each task, by task number (apart from [`TaskInfo`]).
-    totals: Vec<Totals>,
+    totals: TotalsPieces,
     task_ids: TaskIds,
     /// Window rows per group `host * 6 + resource`.
     pub windows: Vec<Vec<WindowRow>>,
@@ -340,7 +441,7 @@ impl Dataset {
             ready,
             has_windows: false,
         });
-        self.totals.push(totals);
+        self.totals.push(t as usize, totals);
         let st = &mut self.stages[stage as usize];
         st.start = Some(st.start.map_or(launch, |x| x.min(launch)));
         st.end = Some(st.end.map_or(finish, |x| x.max(finish)));
@@ -429,55 +530,42 @@ impl Dataset {
 
     /// Adds the `tasks` table.
     pub fn add_tasks(&mut self, batch: &RecordBatch) {
+        self.add_task_rows(TaskRows::of(batch.clone()));
+    }
+
+    /// Adds the tasks of `rows` (as [`Dataset::add_tasks`] adds those of
+    /// its batch), taking their totals as they were made.
+    pub fn add_task_rows(&mut self, rows: TaskRows) {
+        let TaskRows { batch, totals } = rows;
         let (Some(id), Some(q), Some(s), Some(h)) = (
-            text(batch, "task_id"),
-            text(batch, "query_id"),
-            text(batch, "stage_id"),
-            text(batch, "host"),
+            text(&batch, "task_id"),
+            text(&batch, "query_id"),
+            text(&batch, "stage_id"),
+            text(&batch, "host"),
         ) else {
             return;
         };
         let (launch, finish, ready) = (
-            time(batch, "launch_time"),
-            time(batch, "finish_time"),
-            time(batch, "ready_time"),
+            time(&batch, "launch_time"),
+            time(&batch, "finish_time"),
+            time(&batch, "ready_time"),
         );
-        let f = |name: &str| {
-            batch
-                .column_by_name(name)
-                .map(|c| c.as_primitive::<Float64Type>().clone())
-        };
-        let cols = [
-            "cpu_seconds",
-            "gc_seconds",
-            "input_bytes",
-            "output_bytes",
-            "shuffle_read_bytes",
-            "shuffle_write_bytes",
-            "cpu_blocked",
-            "disk_read_blocked",
-            "disk_write_blocked",
-            "network_blocked",
-            "memory_blocked",
-            "scheduler_delay",
-        ]
-        .map(f);
-        let val = |c: usize, i: usize| -> f64 {
-            cols[c]
-                .as_ref()
-                .filter(|a| a.is_valid(i))
-                .map_or(0.0, |a| a.value(i))
-        };
         let offsets = id.value_offsets();
         let ids_bytes = (offsets[offsets.len() - 1] - offsets[0]) as usize;
         self.task_ids.reserve(batch.num_rows(), ids_bytes);
         self.tasks.reserve(batch.num_rows());
-        self.totals.reserve(batch.num_rows());
+        let first = self.tasks.len();
+        // The rows added, if some are not (the totals of those are dropped).
+        let mut added: Option<Vec<bool>> = None;
+        let skip = |added: &mut Option<Vec<bool>>, i: usize| {
+            added.get_or_insert_with(|| vec![true; batch.num_rows()])[i] = false;
+        };
         // Consecutive rows usually belong to one stage: remember the last.
         let mut last_stage: Option<(usize, u32)> = None;
         for i in 0..batch.num_rows() {
             let (Some(l), Some(fin)) = (opt_time(&launch, i), opt_time(&finish, i)) else {
                 self.skipped_rows += 1;
+                skip(&mut added, i);
                 continue;
             };
             if let Err(t) = self.task_ids.push_new(id.value(i)) {
@@ -486,6 +574,7 @@ impl Dataset {
                 if self.hosts.get(h.value(i)) != Some(self.tasks[t as usize].host) {
                     self.host_conflicts += 1;
                 }
+                skip(&mut added, i);
                 continue;
             }
             let stage = match last_stage {
@@ -502,24 +591,21 @@ impl Dataset {
                 ready: opt_time(&ready, i),
                 has_windows: false,
             });
-            self.totals.push(Totals {
-                cpu_seconds: val(0, i),
-                gc_seconds: val(1, i),
-                input_bytes: val(2, i),
-                output_bytes: val(3, i),
-                shuffle_read_bytes: val(4, i),
-                shuffle_write_bytes: val(5, i),
-                cpu_blocked: val(6, i),
-                disk_read_blocked: val(7, i),
-                disk_write_blocked: val(8, i),
-                network_blocked: val(9, i),
-                memory_blocked: val(10, i),
-                scheduler_delay: val(11, i),
-            });
             let st = &mut self.stages[stage as usize];
             st.start = Some(st.start.map_or(l, |x| x.min(l)));
             st.end = Some(st.end.map_or(fin, |x| x.max(fin)));
         }
+        let totals = match added {
+            None => totals,
+            Some(added) => totals
+                .into_iter()
+                .zip(added)
+                .filter(|(_, a)| *a)
+                .map(|(x, _)| x)
+                .collect(),
+        };
+        debug_assert_eq!(first + totals.len(), self.tasks.len());
+        self.totals.push_piece(first, totals);
         self.ensure_groups();
     }
 
@@ -532,8 +618,6 @@ impl Dataset {
         let tasks = tasks.min(1 << 26);
         self.tasks
             .reserve_exact(tasks.saturating_sub(self.tasks.len()));
-        self.totals
-            .reserve_exact(tasks.saturating_sub(self.totals.len()));
         self.task_ids
             .reserve(tasks.saturating_sub(self.task_ids.len()), 0);
     }
@@ -703,7 +787,7 @@ impl Dataset {
     /// The totals of task `t` (the tasks table's amounts, used where the
     /// task has no window rows).
     pub fn totals(&self, t: u32) -> &Totals {
-        &self.totals[t as usize]
+        self.totals.get(t)
     }
 
     /// The id of every task, indexed by task number (the inverse of
@@ -870,7 +954,7 @@ impl Dataset {
     /// window rows (for callers that track that themselves).
     pub fn synthesize(&self, task: u32) -> Vec<(Resource, WindowRow)> {
         let t = &self.tasks[task as usize];
-        let x = &self.totals[task as usize];
+        let x = self.totals.get(task);
         let row = |blocked: f64, acquired: f64, gc: f64| WindowRow {
             task,
             stage: t.stage,
@@ -1155,6 +1239,73 @@ mod tests {
     use crate::batches::{TableBuilder, Value};
     use crate::{Resource, Table};
     use std::collections::HashMap;
+
+    /// Each task's totals are its own row's, by task number, when a batch's
+    /// totals are made apart ([`super::TaskRows`]) and some of its rows are
+    /// not added (a duplicate id, no launch time): over two batches, a
+    /// task added alone between them and one added alone first, and with
+    /// NULL and missing amounts (0). Checked against the input's values.
+    #[test]
+    fn totals_made_apart_are_each_added_tasks_own() {
+        use super::{TaskRows, Totals};
+        use Value::{Null, F, S, T};
+        // (id, launch, cpu_seconds, scheduler_delay): the input.
+        let rows: [(&str, Option<i64>, Option<f64>, f64); 7] = [
+            ("a", Some(0), Some(1.5), 0.25),
+            ("b", None, Some(2.5), 0.5),
+            ("c", Some(5), None, 0.75),
+            ("a", Some(9), Some(3.5), 1.0),
+            ("d", Some(1), Some(4.5), 1.25),
+            ("e", Some(2), Some(5.5), 1.5),
+            ("c", Some(3), Some(6.5), 1.75),
+        ];
+        let mut b = TableBuilder::new(Table::Tasks, rows.len());
+        for (id, launch, cpu, delay) in rows {
+            b.row(&[
+                ("task_id", S(id)),
+                ("query_id", S("q")),
+                ("stage_id", S("s")),
+                ("host", S(if id == "a" { "h1" } else { "h0" })),
+                ("launch_time", launch.map_or(Null, T)),
+                ("finish_time", T(100)),
+                ("cpu_seconds", cpu.map_or(Null, F)),
+                ("scheduler_delay", F(delay)),
+            ]);
+        }
+        let batch = b.finish_unchecked();
+        let mut ds = Dataset::new();
+        let alone = |cpu: f64| Totals {
+            cpu_seconds: cpu,
+            ..Totals::default()
+        };
+        ds.add_task("z", "q", "s", "h0", 0, 1, None, alone(10.0));
+        ds.add_task_rows(TaskRows::of(batch.slice(0, 4)));
+        ds.add_task("y", "q", "s", "h0", 0, 1, None, alone(20.0));
+        ds.add_task_rows(TaskRows::of(batch.slice(4, 3)));
+        // The input's first row of each id with a launch time stands; "b"
+        // has none; the second "a" and "c" are duplicates.
+        let want: [(&str, f64, f64); 6] = [
+            ("z", 10.0, 0.0),
+            ("a", 1.5, 0.25),
+            ("c", 0.0, 0.75),
+            ("y", 20.0, 0.0),
+            ("d", 4.5, 1.25),
+            ("e", 5.5, 1.5),
+        ];
+        assert_eq!(ds.tasks.len(), want.len());
+        for (id, cpu, delay) in want {
+            let t = ds.task(id).expect(id);
+            let x = ds.totals(t);
+            assert_eq!((x.cpu_seconds, x.scheduler_delay), (cpu, delay), "{id}");
+            // A column the batch does not have.
+            assert_eq!(x.shuffle_read_bytes, 0.0, "{id}");
+        }
+        assert_eq!(ds.skipped_rows, 3);
+        // A task added alone after a piece continues it.
+        ds.add_task("x", "q", "s", "h0", 0, 1, None, alone(30.0));
+        assert_eq!(ds.totals(ds.task("x").expect("x")).cpu_seconds, 30.0);
+        assert_eq!(ds.totals(ds.task("e").expect("e")).cpu_seconds, 5.5);
+    }
 
     /// Rows checked apart by a [`super::TaskResolver`] and added with
     /// `add_resolved` give the dataset what `add_task_windows_where` gives
