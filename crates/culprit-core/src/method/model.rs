@@ -183,7 +183,8 @@ pub struct TaskRows {
 
 impl TaskRows {
     /// The rows of `batch` with the totals of each (0 where a column is
-    /// missing or NULL).
+    /// missing, NULL or not of 64-bit floats: the stored `tasks` table's
+    /// are, by its schema).
     pub fn of(batch: RecordBatch) -> TaskRows {
         let f = |name: &str| {
             batch
@@ -228,16 +229,11 @@ impl TaskRows {
             .collect();
         TaskRows { batch, totals }
     }
-
-    /// The batch's rows.
-    pub fn num_rows(&self) -> usize {
-        self.batch.num_rows()
-    }
 }
 
 /// The totals of a dataset's tasks by task number, in pieces: each batch's
-/// totals as [`TaskRows::of`] made them, not copied again, and those of
-/// tasks added one by one.
+/// totals as [`TaskRows::of`] made them (those of its rows not added
+/// dropped), and those of tasks added one by one.
 #[derive(Debug, Default, Clone)]
 struct TotalsPieces {
     /// The task number of each piece's first totals, ascending.
@@ -254,6 +250,10 @@ impl TotalsPieces {
 
     /// Adds the totals of task `t`, the next one.
     fn push(&mut self, t: usize, x: Totals) {
+        debug_assert_eq!(
+            self.firsts.last().map_or(0, |&f| f as usize) + self.pieces.last().map_or(0, Vec::len),
+            t
+        );
         match self.pieces.last_mut() {
             Some(last) if self.firsts.last().map(|&f| f as usize + last.len()) == Some(t) => {
                 last.push(x)
@@ -528,13 +528,17 @@ impl Dataset {
         }
     }
 
-    /// Adds the `tasks` table.
+    /// Adds the `tasks` table ([`Dataset::add_task_rows`]), its totals made
+    /// here.
     pub fn add_tasks(&mut self, batch: &RecordBatch) {
         self.add_task_rows(TaskRows::of(batch.clone()));
     }
 
-    /// Adds the tasks of `rows` (as [`Dataset::add_tasks`] adds those of
-    /// its batch), taking their totals as they were made.
+    /// Adds the tasks of `rows`, with their totals as [`TaskRows::of`] made
+    /// them: a row without a launch or finish time is skipped, and so is a
+    /// row whose task id was added before (the first row stands; one that
+    /// names another host is counted in `host_conflicts`); the totals of
+    /// the rows skipped are dropped.
     pub fn add_task_rows(&mut self, rows: TaskRows) {
         let TaskRows { batch, totals } = rows;
         let (Some(id), Some(q), Some(s), Some(h)) = (
@@ -597,12 +601,17 @@ impl Dataset {
         }
         let totals = match added {
             None => totals,
-            Some(added) => totals
-                .into_iter()
-                .zip(added)
-                .filter(|(_, a)| *a)
-                .map(|(x, _)| x)
-                .collect(),
+            Some(added) => {
+                let mut kept: Vec<Totals> = totals
+                    .into_iter()
+                    .zip(added)
+                    .filter(|(_, a)| *a)
+                    .map(|(x, _)| x)
+                    .collect();
+                // Collected in place: not the whole batch's room for a few.
+                kept.shrink_to_fit();
+                kept
+            }
         };
         debug_assert_eq!(first + totals.len(), self.tasks.len());
         self.totals.push_piece(first, totals);
@@ -1272,7 +1281,14 @@ mod tests {
                 ("scheduler_delay", F(delay)),
             ]);
         }
-        let batch = b.finish_unchecked();
+        // Without the column `shuffle_read_bytes` (its totals are 0).
+        let whole = b.finish_unchecked();
+        let schema = whole.schema();
+        let columns: Vec<usize> = (0..schema.fields().len())
+            .filter(|&c| schema.field(c).name() != "shuffle_read_bytes")
+            .collect();
+        let batch = whole.project(&columns).expect("project");
+        assert!(batch.column_by_name("shuffle_read_bytes").is_none());
         let mut ds = Dataset::new();
         let alone = |cpu: f64| Totals {
             cpu_seconds: cpu,
@@ -1297,8 +1313,9 @@ mod tests {
             let t = ds.task(id).expect(id);
             let x = ds.totals(t);
             assert_eq!((x.cpu_seconds, x.scheduler_delay), (cpu, delay), "{id}");
-            // A column the batch does not have.
+            // A column the batch does not have, and one of NULLs.
             assert_eq!(x.shuffle_read_bytes, 0.0, "{id}");
+            assert_eq!(x.input_bytes, 0.0, "{id}");
         }
         assert_eq!(ds.skipped_rows, 3);
         // A task added alone after a piece continues it.
