@@ -158,6 +158,30 @@ async fn store_of(w: &culprit_sim::Workload) -> Store {
     store
 }
 
+/// Writes `tables` to `store` in one batch, committed.
+async fn commit_tables(store: &Store, tables: &[(Table, &RecordBatch)]) {
+    let mut batch = store.begin();
+    for (table, rows) in tables {
+        batch
+            .write(*table, std::slice::from_ref(*rows))
+            .await
+            .unwrap();
+    }
+    batch.commit().await.unwrap();
+}
+
+/// The default analysis of `victims` over the whole store in memory: the
+/// snapshot, its options and its answer.
+async fn whole_answer(store: &Store, victims: &[String]) -> (Snapshot, BlameOptions, Culprits) {
+    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
+    let opts = BlameOptions {
+        victims: Some(victims.to_vec()),
+        ..Default::default()
+    };
+    let want = culprits(&full, &opts);
+    (full, opts, want)
+}
+
 /// Every culprit row of the victim, by (kind, culprit), as numbers.
 fn culprits(s: &Snapshot, opts: &BlameOptions) -> Culprits {
     let rows = s.culprits(opts).unwrap();
@@ -622,12 +646,6 @@ async fn a_task_stored_again_on_another_host_keeps_its_rows_beside_the_victim() 
         60,
         "noisy",
     );
-    let ids = w
-        .tasks
-        .column_by_name("task_id")
-        .unwrap()
-        .as_string::<i32>()
-        .clone();
     let of = |b: &RecordBatch, id: &str| {
         let ids = b
             .column_by_name("task_id")
@@ -645,32 +663,22 @@ async fn a_task_stored_again_on_another_host_keeps_its_rows_beside_the_victim() 
         columns[at] = std::sync::Arc::new(arrow::array::StringArray::from(vec!["b"]));
         RecordBatch::try_new(n1.schema(), columns).unwrap()
     };
-    assert_eq!(ids.len(), 2);
+    assert_eq!(w.tasks.num_rows(), 2);
     let store = Store::open("memory://").unwrap();
-    let mut batch = store.begin();
-    batch.write(Table::Tasks, &[on_b]).await.unwrap();
-    batch.commit().await.unwrap();
-    let mut batch = store.begin();
-    for (table, rows) in [
-        (Table::Queries, &w.queries),
-        (Table::Stages, &w.stages),
-        (Table::Tasks, &w.tasks),
-        (Table::TaskWindows, &w.task_windows),
-        (Table::HostWindows, &w.host_windows),
-    ] {
-        batch
-            .write(table, std::slice::from_ref(rows))
-            .await
-            .unwrap();
-    }
-    batch.commit().await.unwrap();
+    commit_tables(&store, &[(Table::Tasks, &on_b)]).await;
+    commit_tables(
+        &store,
+        &[
+            (Table::Queries, &w.queries),
+            (Table::Stages, &w.stages),
+            (Table::Tasks, &w.tasks),
+            (Table::TaskWindows, &w.task_windows),
+            (Table::HostWindows, &w.host_windows),
+        ],
+    )
+    .await;
     let victims = ["victim".to_string()];
-    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
-    let opts = BlameOptions {
-        victims: Some(victims.to_vec()),
-        ..Default::default()
-    };
-    let want = culprits(&full, &opts);
+    let (full, opts, want) = whole_answer(&store, &victims).await;
     // Checked against the input: on `b`, `n1`'s CPU row meets the
     // victim's, so `noisy` is blamed.
     let noisy = want[&("query".to_string(), "noisy".to_string())];
@@ -783,12 +791,7 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
     // The whole store's answer, checked against the input: `gappy` has no
     // row while the victim runs, so its CPU slows the victim by nothing;
     // the naive overlap of `early` is all of the victim's span, 20 s.
-    let full = Engine::new(store.clone()).snapshot(true).await.unwrap();
-    let opts = BlameOptions {
-        victims: Some(victims.to_vec()),
-        ..Default::default()
-    };
-    let want = culprits(&full, &opts);
+    let (_, opts, want) = whole_answer(&store, &victims).await;
     let early = want[&("query".to_string(), "early".to_string())];
     assert!(early[0] > 0.0, "{want:?}");
     assert_eq!(early[2], 20.0, "naive overlap of early: {want:?}");
@@ -806,24 +809,17 @@ async fn a_focused_analysis_knows_what_lies_outside_the_victims_time() {
     // launch.
     assert!(compare(&store, &victims).await > 0);
     let unbucketed = Store::open("memory://").unwrap();
-    for tables in [
-        vec![(Table::TaskWindows, &w.task_windows)],
-        vec![
+    commit_tables(&unbucketed, &[(Table::TaskWindows, &w.task_windows)]).await;
+    commit_tables(
+        &unbucketed,
+        &[
             (Table::Queries, &w.queries),
             (Table::Stages, &w.stages),
             (Table::Tasks, &w.tasks),
             (Table::HostWindows, &w.host_windows),
         ],
-    ] {
-        let mut batch = unbucketed.begin();
-        for (table, rows) in tables {
-            batch
-                .write(table, std::slice::from_ref(rows))
-                .await
-                .unwrap();
-        }
-        batch.commit().await.unwrap();
-    }
+    )
+    .await;
     let manifest = unbucketed.manifest().await.unwrap();
     assert!(manifest
         .files_of(Table::TaskWindows)

@@ -250,15 +250,15 @@ impl TotalsPieces {
 
     /// Adds the totals of task `t`, the next one.
     fn push(&mut self, t: usize, x: Totals) {
-        debug_assert_eq!(
-            self.firsts.last().map_or(0, |&f| f as usize) + self.pieces.last().map_or(0, Vec::len),
-            t
-        );
         match self.pieces.last_mut() {
-            Some(last) if self.firsts.last().map(|&f| f as usize + last.len()) == Some(t) => {
+            Some(last) => {
+                debug_assert_eq!(
+                    self.firsts.last().map(|&f| f as usize + last.len()),
+                    Some(t)
+                );
                 last.push(x)
             }
-            _ => self.push_piece(t, vec![x]),
+            None => self.push_piece(t, vec![x]),
         }
     }
 
