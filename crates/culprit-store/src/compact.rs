@@ -343,7 +343,7 @@ fn sorted(table: Table, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
     let refs: Vec<&RecordBatch> = batches.iter().collect();
     order
         .chunks(64 << 10)
-        .map(|chunk| Ok(arrow::compute::interleave_record_batch(&refs, chunk)?))
+        .map(|chunk| Ok(crate::gather::gather(&refs, chunk)?))
         .collect()
 }
 

@@ -13,6 +13,7 @@ mod cache;
 mod compact;
 mod error;
 mod expire;
+mod gather;
 mod housekeeping;
 pub mod layout;
 mod manifest;

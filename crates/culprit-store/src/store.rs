@@ -1380,7 +1380,7 @@ fn encode_files(
         // Gathered a row group at a time: its rows are still in the
         // cache when they are encoded.
         for group in part.chunks(crate::layout::rows_per_group(name)) {
-            let gathered = arrow::compute::interleave_record_batch(&refs, group)?;
+            let gathered = crate::gather::gather(&refs, group)?;
             let batch = if gathered.schema() == schema {
                 gathered
             } else {
