@@ -56,7 +56,8 @@ pub(crate) fn gather(
             let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
             // Every batch's column is of this type (checked above): the
             // casts below cannot fail.
-            match first.column(c).data_type() {
+            let data_type = first.column(c).data_type();
+            match data_type {
                 DataType::Utf8 => {
                     let texts: Vec<&StringArray> =
                         arrays.iter().map(|a| a.as_string::<i32>()).collect();
@@ -65,14 +66,32 @@ pub(crate) fn gather(
                         None => arrow::compute::interleave(&arrays, rows),
                     }
                 }
-                DataType::Int64 => Ok(numbers_by_runs::<Int64Type>(&arrays, &runs, rows.len())),
-                DataType::Float64 => Ok(numbers_by_runs::<Float64Type>(&arrays, &runs, rows.len())),
-                DataType::UInt32 => Ok(numbers_by_runs::<UInt32Type>(&arrays, &runs, rows.len())),
-                DataType::Timestamp(TimeUnit::Microsecond, _) => Ok(numbers_by_runs::<
-                    TimestampMicrosecondType,
-                >(
-                    &arrays, &runs, rows.len()
+                DataType::Int64 => Ok(numbers_by_runs::<Int64Type>(
+                    &arrays,
+                    &runs,
+                    rows.len(),
+                    data_type,
                 )),
+                DataType::Float64 => Ok(numbers_by_runs::<Float64Type>(
+                    &arrays,
+                    &runs,
+                    rows.len(),
+                    data_type,
+                )),
+                DataType::UInt32 => Ok(numbers_by_runs::<UInt32Type>(
+                    &arrays,
+                    &runs,
+                    rows.len(),
+                    data_type,
+                )),
+                DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                    Ok(numbers_by_runs::<TimestampMicrosecondType>(
+                        &arrays,
+                        &runs,
+                        rows.len(),
+                        data_type,
+                    ))
+                }
                 _ => arrow::compute::interleave(&arrays, rows),
             }
         })
@@ -103,12 +122,13 @@ fn runs(batches: &[&RecordBatch], rows: &[(usize, usize)]) -> Result<Vec<Run>, A
     Ok(runs)
 }
 
-/// The numbers of `runs` of `arrays` (each of type `T`, of the first
-/// array's data type: a time's zone), `len` rows.
+/// The numbers of `runs` of `arrays` (each of type `T`), `len` rows, of
+/// `data_type` (every array's: a time's zone).
 fn numbers_by_runs<T: ArrowPrimitiveType>(
     arrays: &[&dyn Array],
     runs: &[Run],
     len: usize,
+    data_type: &DataType,
 ) -> ArrayRef {
     let arrays: Vec<&PrimitiveArray<T>> = arrays.iter().map(|a| a.as_primitive::<T>()).collect();
     let mut values: Vec<T::Native> = Vec::with_capacity(len);
@@ -121,12 +141,10 @@ fn numbers_by_runs<T: ArrowPrimitiveType>(
         }
     }
     let nulls = nulls.map(|mut b| NullBuffer::new(b.finish()));
-    // Of the batches' type (a time's zone); there is a batch (`gather`).
-    let numbers = PrimitiveArray::<T>::new(ScalarBuffer::from(values), nulls);
-    Arc::new(match arrays.first() {
-        Some(a) => numbers.with_data_type(a.data_type().clone()),
-        None => numbers,
-    })
+    Arc::new(
+        PrimitiveArray::<T>::new(ScalarBuffer::from(values), nulls)
+            .with_data_type(data_type.clone()),
+    )
 }
 
 /// A builder of the gathered rows' validity, if any array has a NULL.
@@ -188,8 +206,8 @@ fn text_by_runs(
     let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
     let nulls = nulls.map(|mut b| NullBuffer::new(b.finish()));
     // Checked again (UTF-8, offsets): `interleave` skips that with unsafe
-    // code, which this project keeps out; the check is a small part of
-    // what the runs save (docs/performance.md).
+    // code, which this project keeps out; the gain measured with runs
+    // (docs/performance.md) is net of the check.
     let text = StringArray::try_new(offsets, Buffer::from_vec(values), nulls)?;
     Ok(Some(Arc::new(text)))
 }
