@@ -47,6 +47,17 @@ use crate::error::Error;
 use crate::focus::{groups_by_start, of_victims, Focus, Kept, GROUP_TASKS};
 use crate::shares::{Named, NamedShares};
 
+/// Tasks per group of queries of [`Engine::store_shares`]: twice the
+/// groups of an analysis over every victim ([`GROUP_TASKS`]). Each group
+/// reads and sweeps every task and window row of its time, on every host,
+/// most of them other queries' (a group of a 1e7-task store on 5,000
+/// hosts read about 190,000 tasks for its 65,536), so fewer, larger groups
+/// read and sweep less: on that store 108 s and 594 MB against 159 s and
+/// 489 MB; on 500 hosts 31-33 s and 262 MB against 34 s and 150 MB
+/// (docs/performance.md, 2026-11-30, thirty-second session). Four times
+/// took 85 s and 883 MB: not worth the memory.
+const SHARES_GROUP_TASKS: u64 = 2 * GROUP_TASKS;
+
 /// The window of the stored shares: the whole time (an analysis without
 /// `from` or `to`).
 pub const WINDOW: (Micros, Micros) = (Micros::MIN, Micros::MAX);
@@ -132,17 +143,29 @@ const LOOKED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 impl Engine {
     /// Computes the slot holders' shares of every stage of the store's
     /// newest version and stores them (see the module doc), in groups of
-    /// queries by start (each read as [`Engine::focused`] reads named
-    /// victims: memory follows a group, not the store, each admitted in
-    /// the memory budget as a heavy analysis); `progress` is told the
-    /// groups done and their number. Nothing is computed for a store
-    /// without tasks, or whose telemetry has a readable object already
-    /// (one that cannot be read is replaced); a computation whose
-    /// telemetry changes stops at the next group. Refused for a store
-    /// without a complete query index (written before it; `culprit
-    /// compact` rebuilds it): nothing could use them.
+    /// queries by start of about [`SHARES_GROUP_TASKS`] tasks (each read
+    /// as [`Engine::focused`] reads named victims: memory follows a group,
+    /// not the store, each admitted in the memory budget as a heavy
+    /// analysis); `progress` is told the groups done and their number.
+    /// Nothing is computed for a store without tasks, or whose telemetry
+    /// has a readable object already (one that cannot be read is
+    /// replaced); a computation whose telemetry changes stops at the next
+    /// group. Refused for a store without a complete query index (written
+    /// before it; `culprit compact` rebuilds it): nothing could use them.
     pub async fn store_shares(
         &self,
+        progress: &mut (dyn FnMut(usize, usize) + Send),
+    ) -> Result<SharesStored, Error> {
+        self.store_shares_in_groups(SHARES_GROUP_TASKS, progress)
+            .await
+    }
+
+    /// [`Engine::store_shares`] in groups of about `group_tasks` tasks
+    /// (tests: the shares do not depend on the groups).
+    #[doc(hidden)]
+    pub async fn store_shares_in_groups(
+        &self,
+        group_tasks: u64,
         progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<SharesStored, Error> {
         let store = self.store();
@@ -184,7 +207,7 @@ impl Engine {
             ));
         };
         let whole = self.whole_tables(&manifest).await?;
-        let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), GROUP_TASKS);
+        let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), group_tasks);
         let schema = schema();
         let written = chrono_micros();
         let path = paths::stage_shares_file(&telemetry, manifest.version, written);
