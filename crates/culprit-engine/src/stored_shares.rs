@@ -47,15 +47,13 @@ use crate::error::Error;
 use crate::focus::{groups_by_start, of_victims, Focus, Kept, GROUP_TASKS};
 use crate::shares::{Named, NamedShares};
 
-/// Tasks per group of queries of [`Engine::store_shares`]: twice the
-/// groups of an analysis over every victim ([`GROUP_TASKS`]). Each group
-/// reads and sweeps every task and window row of its time, on every host,
-/// most of them other queries' (a group of a 1e7-task store on 5,000
-/// hosts read about 190,000 tasks for its 65,536), so fewer, larger groups
-/// read and sweep less: on that store 108 s and 594 MB against 159 s and
-/// 489 MB; on 500 hosts 31-33 s and 262 MB against 34 s and 150 MB
-/// (docs/performance.md, 2026-11-30, thirty-second session). Four times
-/// took 85 s and 883 MB: not worth the memory.
+/// Tasks per group of queries of [`Engine::store_shares`] in one process
+/// (`culprit shares`, no memory budget): twice [`GROUP_TASKS`]. A group
+/// reads every task and window row of its time on every host, and its time
+/// grows slower than its tasks, so larger groups read and sweep less in
+/// all; they hold more (docs/performance.md, thirty-second session). A
+/// server's engine (a memory budget) keeps [`GROUP_TASKS`], whose reads
+/// its budget was sized for.
 const SHARES_GROUP_TASKS: u64 = 2 * GROUP_TASKS;
 
 /// The window of the stored shares: the whole time (an analysis without
@@ -143,9 +141,10 @@ const LOOKED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 impl Engine {
     /// Computes the slot holders' shares of every stage of the store's
     /// newest version and stores them (see the module doc), in groups of
-    /// queries by start of about [`SHARES_GROUP_TASKS`] tasks (each read
-    /// as [`Engine::focused`] reads named victims: memory follows a group,
-    /// not the store, each admitted in the memory budget as a heavy
+    /// queries by start (of about 131,072 tasks, `SHARES_GROUP_TASKS`,
+    /// without a memory budget; 65,536, [`GROUP_TASKS`], with one), each
+    /// read as [`Engine::focused`] reads named victims (memory follows a
+    /// group, not the store, each admitted in the memory budget as a heavy
     /// analysis); `progress` is told the groups done and their number.
     /// Nothing is computed for a store without tasks, or whose telemetry
     /// has a readable object already (one that cannot be read is
@@ -156,8 +155,12 @@ impl Engine {
         &self,
         progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<SharesStored, Error> {
-        self.store_shares_in_groups(SHARES_GROUP_TASKS, progress)
-            .await
+        let group_tasks = if self.budget().limit().is_none() {
+            SHARES_GROUP_TASKS
+        } else {
+            GROUP_TASKS
+        };
+        self.store_shares_in_groups(group_tasks, progress).await
     }
 
     /// [`Engine::store_shares`] in groups of about `group_tasks` tasks
