@@ -47,13 +47,15 @@ use crate::error::Error;
 use crate::focus::{groups_by_start, of_victims, Focus, Kept, GROUP_TASKS};
 use crate::shares::{Named, NamedShares};
 
-/// Tasks per group of queries of [`Engine::store_shares`] in one process
-/// (`culprit shares`, no memory budget): twice [`GROUP_TASKS`]. A group
-/// reads every task and window row of its time on every host, and its time
-/// grows slower than its tasks, so larger groups read and sweep less in
-/// all; they hold more (docs/performance.md, thirty-second session). A
-/// server's engine (a memory budget) keeps [`GROUP_TASKS`], whose reads
-/// its budget was sized for.
+/// Tasks per group of queries of [`Engine::store_shares`] for an engine
+/// without a memory limit (`culprit shares`; a server started with
+/// `--memory-budget-mb 0`): twice [`GROUP_TASKS`]. A group reads every task
+/// and window row of its time on every host, and its time grows slower
+/// than its tasks, so larger groups read and sweep less in all; they hold
+/// more (docs/performance.md, thirty-second session). An engine with a
+/// limit (a server's, by default) keeps [`GROUP_TASKS`]: its budget refuses
+/// a group whose read is estimated above a heavy analysis's share, so
+/// larger groups could leave a small budget with no shares at all.
 const SHARES_GROUP_TASKS: u64 = 2 * GROUP_TASKS;
 
 /// The window of the stored shares: the whole time (an analysis without
@@ -142,7 +144,7 @@ impl Engine {
     /// Computes the slot holders' shares of every stage of the store's
     /// newest version and stores them (see the module doc), in groups of
     /// queries by start (of about 131,072 tasks, `SHARES_GROUP_TASKS`,
-    /// without a memory budget; 65,536, [`GROUP_TASKS`], with one), each
+    /// without a memory limit; 65,536, [`GROUP_TASKS`], with one), each
     /// read as [`Engine::focused`] reads named victims (memory follows a
     /// group, not the store, each admitted in the memory budget as a heavy
     /// analysis); `progress` is told the groups done and their number.

@@ -1637,10 +1637,11 @@ async fn stored_shares_are_the_same_in_groups_of_any_size() {
     }
 }
 
-/// Without a memory budget (`culprit shares`, one process) the shares are
-/// computed in groups of about 131,072 tasks; a server's engine (a memory
-/// budget) keeps the 65,536 of an analysis over every victim, whose reads
-/// its budget was sized for.
+/// Without a memory limit (`culprit shares`; a server with
+/// `--memory-budget-mb 0`) the shares are computed in groups of about
+/// 131,072 tasks; an engine with a limit (a server's, by default) keeps the
+/// 65,536 of an analysis over every victim, which a smaller budget still
+/// admits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_shares_take_larger_groups_without_a_memory_budget() {
     let w = culprit_sim::fast(&culprit_sim::FastConfig {
