@@ -1124,22 +1124,27 @@ fn named(s: &Snapshot, opts: &BlameOptions, into: &mut Named) {
     }
 }
 
+/// 12,000 tasks in short queries (40 tasks) arriving often on 12 hosts:
+/// several run at once, so a group of queries' time holds other queries'
+/// tasks too.
+fn short_queries() -> culprit_sim::Workload {
+    culprit_sim::fast(&culprit_sim::FastConfig {
+        seed: 11,
+        tasks: 12_000,
+        hosts: 12,
+        slots: 4,
+        tasks_per_query: 40,
+        ..Default::default()
+    })
+}
+
 /// An analysis over every victim of a large store, explained group by
 /// group of victims (each group's dataset read as for named victims),
 /// gives every victim exactly what the analysis of the whole store gives:
 /// the same level-4 rows and seconds, each victim in one group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_victim_by_groups_equals_the_whole_store() {
-    let w = culprit_sim::fast(&culprit_sim::FastConfig {
-        seed: 11,
-        tasks: 12_000,
-        hosts: 12,
-        slots: 4,
-        // Short queries arriving often: several run at once, so each
-        // group's dataset holds queries around it too.
-        tasks_per_query: 40,
-        ..Default::default()
-    });
+    let w = short_queries();
     let store = store_of(&w).await;
     let whole = Engine::new(store.clone()).snapshot(true).await.unwrap();
     // A small dataset cache: this store counts as large.
@@ -1588,16 +1593,7 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
 /// another order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_shares_are_the_same_in_groups_of_any_size() {
-    let w = culprit_sim::fast(&culprit_sim::FastConfig {
-        seed: 11,
-        tasks: 12_000,
-        hosts: 12,
-        slots: 4,
-        // Short queries arriving often: each group's time holds other
-        // queries' tasks too.
-        tasks_per_query: 40,
-        ..Default::default()
-    });
+    let w = short_queries();
     let store = store_of(&w).await;
     let mut computed = Vec::new();
     for group_tasks in [u64::MAX, 500] {
