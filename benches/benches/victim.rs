@@ -14,6 +14,11 @@
 //! that ran side by side); an unknown victim refused without reading task
 //! or window rows (`unknown`). The whole-process figure (under 0.3 s) is
 //! measured with the CLI, in docs/performance.md.
+//!
+//! Then the same calls once `culprit shares` stored the answers with the
+//! shares (`stored_cold`: a new session each time; `stored_warm_next`: the
+//! four neighbouring victims through a server's engine): read, not
+//! computed.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use culprit_core::Table;
@@ -132,6 +137,42 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
+        // The answers stored with the shares (`culprit shares`).
+        let stored = rt
+            .block_on(culprit_engine::Engine::new(store.clone()).store_shares(&mut |_, _| {}))
+            .expect("the shares and answers stored");
+        assert!(stored.answers > 0, "{stored:?}");
+        g.bench_function(format!("stored_cold/{tasks}_tasks"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let ctx = culprit_sql::session(store.clone()).await.expect("session");
+                    run!(ctx, &sql)
+                })
+            })
+        });
+        let budget = culprit_engine::Budget::new(culprit_engine::BudgetOptions {
+            limit: Some(culprit_engine::budget::default_limit()),
+            ..Default::default()
+        });
+        let engine = std::sync::Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
+        let server = rt
+            .block_on(culprit_sql::session_with(
+                store.clone(),
+                engine.clone(),
+                culprit_sql::default_config(),
+                None,
+            ))
+            .expect("session");
+        g.bench_function(format!("stored_warm_next/{tasks}_tasks"), |b| {
+            b.iter(|| {
+                i = (i + 1) % next.len();
+                rt.block_on(async { run!(server, &next[i]) })
+            })
+        });
+        assert!(
+            engine.stored_answers_read() > 0,
+            "the stored answers were read"
+        );
     }
     g.finish();
 }

@@ -690,7 +690,7 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
     // Stored by the server (not a failure's warning).
     let stored_line = |log: &str| {
         log.lines()
-            .any(|l| l.contains("stored shares: ") && l.contains(" stages ("))
+            .any(|l| l.contains("stored shares: ") && l.contains(" and the answers of "))
     };
     let mut waited = 0;
     while !stored_line(&server.stderr.lock().unwrap()) {
@@ -719,8 +719,24 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
         .collect();
     let want: Vec<&str> = expected[5].lines().skip(1).collect();
     assert_eq!(served, want);
-    // The victims' holders came from the store: the server's read says
-    // how many shares it did not compute (`M kept from earlier analyses`).
+    // Answered from the stored answers: nothing read for the victim.
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("culprits(): ") && l.ends_with("(stored)")),
+        "{log}"
+    );
+    assert!(!log.contains("read for q-victim in"), "{log}");
+    // Another question of the same victim is computed, its holders'
+    // shares taken from the store: the server's read says how many shares
+    // it did not compute (`M kept from earlier analyses`).
+    client
+        .query(
+            "SELECT count(*) FROM culprits('q-victim', 'victim_stages=all')",
+            &[],
+        )
+        .await
+        .unwrap();
     let log = server.stderr.lock().unwrap().clone();
     let read = log
         .lines()
@@ -728,4 +744,87 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
         .unwrap_or_else(|| panic!("{log}"));
     assert!(!read.ends_with(" 0 kept from earlier analyses)"), "{read}");
     assert_eq!(answers(&live), expected);
+}
+
+/// `culprits(victim)` with the default options is answered from the
+/// answers `culprit shares` stored (the log says `(stored)`), with the
+/// numbers the victim's own computation gave before; any option or window
+/// is computed; an unknown victim is still refused.
+#[test]
+fn stored_answers_answer_the_default_question_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = store_in_pieces(&tmp.path().join("a"));
+    let sql = |q: &str| {
+        let out = culprit()
+            .args(["sql", "--store", &store, "--format", "csv", q])
+            .env_remove("CULPRIT_STORE")
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let default = "SELECT * FROM culprits('q-victim') ORDER BY blame_seconds DESC, culprit_kind, culprit_query";
+    let others = [
+        "SELECT * FROM culprits('q-victim', 'slots=direct') ORDER BY 1, 2, 3",
+        "SELECT * FROM culprits('q-victim', 'victim_stages=all') ORDER BY 1, 2, 3",
+        "SELECT * FROM culprits('q-victim', 0, 9000000000000) ORDER BY 1, 2, 3",
+    ];
+    let (ok, computed, log) = sql(default);
+    assert!(
+        ok && log.contains("(computed)") && !log.contains("(stored)"),
+        "{log}"
+    );
+    let before: Vec<_> = others.iter().map(|q| sql(q).1).collect();
+    run_ok(&["shares", "--store", &store]);
+    let (ok, stored, log) = sql(default);
+    assert!(
+        ok && log.contains("(stored)") && !log.contains("(computed)"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("read for q-victim"),
+        "nothing read for the victim: {log}"
+    );
+    // The same rows, in the same order, the same numbers (to 1e-9).
+    assert!(computed.lines().count() > 3, "{computed}");
+    same_csv(&computed, &stored);
+    for (q, want) in others.iter().zip(&before) {
+        let (ok, got, log) = sql(q);
+        assert!(
+            ok && log.contains("(computed)") && !log.contains("(stored)"),
+            "{q}: {log}"
+        );
+        same_csv(want, &got);
+    }
+    let (ok, _, log) = sql("SELECT * FROM culprits('q-nobody')");
+    assert!(!ok && log.contains("unknown query 'q-nobody'"), "{log}");
+}
+
+/// Two CSV results have the same rows in the same order, their numbers the
+/// same to 1e-9 relative (stored shares and answers sum the same terms in
+/// another order).
+fn same_csv(want: &str, got: &str) {
+    let rows = |csv: &str| -> Vec<Vec<String>> {
+        csv.lines()
+            .map(|l| l.split(',').map(str::to_string).collect())
+            .collect()
+    };
+    let (a, b) = (rows(want), rows(got));
+    assert_eq!(a.len(), b.len(), "{want}\n{got}");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.len(), y.len(), "{x:?} against {y:?}");
+        for (u, v) in x.iter().zip(y) {
+            match (u.parse::<f64>(), v.parse::<f64>()) {
+                (Ok(u), Ok(v)) => assert!(
+                    (u - v).abs() <= 1e-9 * u.abs().max(v.abs()).max(1e-6),
+                    "{x:?} wanted, {y:?} got"
+                ),
+                _ => assert_eq!(u, v, "{x:?} wanted, {y:?} got"),
+            }
+        }
+    }
 }

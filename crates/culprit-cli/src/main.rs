@@ -512,9 +512,11 @@ enum Command {
         rewrite: bool,
     },
     /// Compute the slot holders' shares of every stage (transitive slot blame,
-    /// method section 5b) for the default analysis and store them with the data:
-    /// one-victim analyses then neither read nor sweep the holders' hosts. They
-    /// hold until the next ingest or expiry (a compaction keeps them); a server
+    /// method section 5b) for the default analysis, and the answer of
+    /// `culprits(q)` of every query, and store them with the data: one-victim
+    /// analyses then neither read nor sweep the holders' hosts, and
+    /// `culprits(q)` with the default options is read, not computed. They hold
+    /// until the next ingest or expiry (a compaction keeps them); a server
     /// computes them itself in the background (`serve --shares-after`).
     Shares {
         #[command(flatten)]
@@ -918,7 +920,10 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
             let stored = engine
                 .store_shares(&mut |done, total| {
                     if total > 0 && (done == total || done % 10 == 0) {
-                        eprintln!("shares: {done}/{total} groups of queries explained");
+                        eprintln!(
+                            "shares: {done}/{total} steps (each group of queries' shares, then \
+                             its answers)"
+                        );
                     }
                 })
                 .await?;

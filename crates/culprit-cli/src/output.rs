@@ -69,9 +69,11 @@ pub fn shares_summary(r: &culprit_engine::SharesStored, took: std::time::Duratio
             r.telemetry
         ),
         SharesOutcome::Computed => format!(
-            "stored the slot holders' shares of {} stages ({} rows, {:.1} MiB) in {:.2} s at {path} (telemetry {}){removed}",
+            "stored the slot holders' shares of {} stages ({} rows) and the answers of {} queries ({} rows), {:.1} MiB, in {:.2} s at {path} (telemetry {}){removed}",
             r.stages,
             r.rows,
+            r.answers,
+            r.answer_rows,
             r.bytes as f64 / (1 << 20) as f64,
             took.as_secs_f64(),
             r.telemetry

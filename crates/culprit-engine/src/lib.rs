@@ -34,6 +34,6 @@ pub use error::Error;
 pub use focus::{Focus, VictimGroups, GROUP_TASKS};
 pub use shards::{share_schema, SweepJob, Sweeper};
 pub use shares::BYTES as HOLDER_SHARES_BYTES;
-pub use stored_shares::{Outcome as SharesOutcome, SharesStored};
+pub use stored_shares::{stored_question, Outcome as SharesOutcome, SharesStored, StoredCulprit};
 
 pub use culprit_core::method;

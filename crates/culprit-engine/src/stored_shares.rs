@@ -29,15 +29,30 @@
 //! victim (the same terms summed in another order), and, once stored, the
 //! same bits for every analysis of the same telemetry, one process or a
 //! server.
+//!
+//! The same object holds the stored answers: the rows of `culprits(q)`
+//! with the default options over the whole time, for every query `q` of
+//! the store, computed group by group as `culprits(NULL)` computes them
+//! (each group read with its slot holders' neighbourhoods, as
+//! [`Engine::group`] reads it). A call asking exactly that question is
+//! answered from them ([`Engine::stored_culprits`]: the row groups of the
+//! victim's span, found through the query index) without reading a task or
+//! a window row; any other call (an option, a window, another function)
+//! is computed. They are the same to about 1e-11 relative as the victim's
+//! own computation (the same terms summed in another order).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, AsArray, Float64Builder, Int64Builder, RecordBatch, StringBuilder, UInt8Builder,
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Float64Builder, Int64Builder,
+    RecordBatch, StringBuilder, UInt8Builder,
 };
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef, UInt8Type};
-use culprit_core::method::{stage_shares, Attribution, Culprit, Micros};
+use culprit_core::method::usecases::CulpritRow;
+use culprit_core::method::{
+    stage_shares, Attribution, BlameOptions, Culprit, CulpritKind, Dataset, Micros,
+};
 use culprit_store::layout::STAGE_SHARES;
 use culprit_store::{paths, DataFile, Manifest};
 use futures::StreamExt;
@@ -65,6 +80,24 @@ pub const WINDOW: (Micros, Micros) = (Micros::MIN, Micros::MAX);
 /// The attribution of the stored shares (the default).
 pub const ATTRIBUTION: Attribution = Attribution::Window;
 
+/// The victim of a call whose answer is stored: `culprits(victim)` with
+/// the default options over the whole time (`opts` its options), one
+/// victim named; `None` for any other.
+pub fn stored_question(opts: &BlameOptions) -> Option<&str> {
+    let d = BlameOptions::default();
+    let default = opts.within.is_none()
+        && opts.from.is_none()
+        && opts.to.is_none()
+        && opts.stages == d.stages
+        && opts.attribution == d.attribution
+        && opts.slots == d.slots
+        && opts.tasks == d.tasks;
+    match opts.victims.as_deref() {
+        Some([victim]) if default => Some(victim),
+        _ => None,
+    }
+}
+
 /// The footer's key naming the telemetry the shares were computed from.
 const TELEMETRY_KEY: &str = "culprit.telemetry";
 
@@ -75,9 +108,16 @@ const STAGE: u8 = 1;
 const GC: u8 = 2;
 const EXTERNAL: u8 = 3;
 const UNKNOWN: u8 = 4;
+/// An answer's culprit of kind `self` (the victim's own other stages).
+const OWN: u8 = 5;
 
 /// The schema of the stored shares: per stage (`query`, `stage`, its
-/// first launch and last finish in µs), one row per culprit and its share.
+/// first launch and last finish in µs), one row per culprit and its share
+/// (`answer` false, the answer's columns null); and the stored answers:
+/// per query (`query`, `stage` empty, the query's span in the query index),
+/// one row per row of its `culprits()` (`answer` true, `culprit` its kind,
+/// `culprit_stage` null, `share` 0), or one row of kind none when it has
+/// none, so that an empty answer is known.
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("query", DataType::Utf8, false),
@@ -88,7 +128,24 @@ pub fn schema() -> SchemaRef {
         Field::new("culprit_query", DataType::Utf8, true),
         Field::new("culprit_stage", DataType::Utf8, true),
         Field::new("share", DataType::Float64, false),
+        Field::new("answer", DataType::Boolean, false),
+        Field::new("blame_seconds", DataType::Float64, true),
+        Field::new("dor", DataType::Float64, true),
+        Field::new("naive_overlap_seconds", DataType::Float64, true),
+        Field::new("deep_overlap_seconds", DataType::Float64, true),
     ]))
+}
+
+/// One row of a stored answer of `culprits(victim)` (the columns after
+/// `victim_query`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCulprit {
+    pub kind: CulpritKind,
+    pub culprit_query: Option<String>,
+    pub seconds: f64,
+    pub dor: Option<f64>,
+    pub naive_overlap: Option<f64>,
+    pub deep_overlap: Option<f64>,
 }
 
 /// What [`Engine::store_shares`] did.
@@ -116,6 +173,9 @@ pub struct SharesStored {
     pub stages: usize,
     /// Culprit rows (a stage slowed by nothing has one row of none).
     pub rows: usize,
+    /// Queries whose answer of `culprits()` is stored, and its rows.
+    pub answers: usize,
+    pub answer_rows: usize,
     pub bytes: u64,
     /// Objects of other telemetry, and older ones of this, removed.
     pub removed: usize,
@@ -131,6 +191,8 @@ pub(crate) type Found = HashMap<(String, String), NamedShares>;
 pub(crate) struct Located {
     look: std::sync::Mutex<Option<Look>>,
     damaged: std::sync::Mutex<Option<String>>,
+    /// Calls answered from the stored answers.
+    answered: std::sync::atomic::AtomicU64,
 }
 
 type Look = (String, Option<(String, u64)>, std::time::Instant);
@@ -182,6 +244,8 @@ impl Engine {
             telemetry: telemetry.clone(),
             stages: 0,
             rows: 0,
+            answers: 0,
+            answer_rows: 0,
             bytes: 0,
             removed: 0,
         };
@@ -189,8 +253,14 @@ impl Engine {
             return Ok(stored); // no stage ran: nothing to store
         }
         let mut damaged = None;
+        // An object of the shares only (a computation stopped before the
+        // answers) is completed: its shares are not computed again.
+        let mut shares_only = None;
         if let Some((path, bytes)) = self.find_shares(&telemetry).await? {
             match self.check_shares(&path, bytes).await {
+                Ok(()) if paths::is_stage_shares_only_file(&path) => {
+                    shares_only = Some((path, bytes));
+                }
                 Ok(()) => {
                     stored.outcome = Outcome::Stored;
                     stored.path = Some(path);
@@ -213,70 +283,116 @@ impl Engine {
         };
         let whole = self.whole_tables(&manifest).await?;
         let groups = groups_by_start(&spans, (i64::MIN, i64::MAX), group_tasks);
-        let schema = schema();
+        let steps = 2 * groups.len();
+        progress(0, steps);
+        let mut done = 0;
+        // 1. The shares, each group read without its holders (they are
+        // the stages of other groups), into an object of the shares only.
+        let shares_only = match shares_only {
+            Some(found) => {
+                done += groups.len();
+                progress(done, steps);
+                found
+            }
+            None => {
+                let written = chrono_micros();
+                let path = paths::stage_shares_only_file(&telemetry, manifest.version, written);
+                let mut writer = store.derived_writer(
+                    &path,
+                    STAGE_SHARES,
+                    &schema(),
+                    vec![(TELEMETRY_KEY.to_string(), telemetry.clone())],
+                )?;
+                for (i, victims) in groups.iter().enumerate() {
+                    if i > 0 && store.manifest().await?.telemetry_id() != telemetry {
+                        return self.stopped(stored, i, groups.len()).await;
+                    }
+                    let focus = Focus {
+                        victims: victims.clone(),
+                        holders: false,
+                        window: WINDOW,
+                        attribution: ATTRIBUTION,
+                    };
+                    let (group, admitted) = self
+                        .read_group(&manifest, &spans, &whole, &focus, Kept::NONE)
+                        .await?;
+                    let (ds, victims) = (group.ds.clone(), victims.clone());
+                    let (batch, _) = crate::budget::run_held((group, admitted), move || {
+                        let mask = of_victims(&ds, &victims);
+                        let shares = stage_shares(&ds, &mask, WINDOW, ATTRIBUTION)?;
+                        rows_of(&ds, &shares, schema())
+                    })
+                    .await
+                    .map_err(|e| Error::Internal(format!("computing the stages' shares: {e}")))?;
+                    let (batch, n): (RecordBatch, usize) = batch?;
+                    stored.stages += n;
+                    stored.rows += batch.num_rows();
+                    writer.write(&batch).await?;
+                    done += 1;
+                    progress(done, steps);
+                }
+                let bytes = writer.finish().await?;
+                log::info!(
+                    "stored shares: {} stages ({} rows) for the telemetry {telemetry} at {path}; \
+                     the answers next",
+                    stored.stages,
+                    stored.rows
+                );
+                (path, bytes)
+            }
+        };
+        // Found by the reads below (their holders' shares), and by
+        // analyses meanwhile.
+        self.locate(&telemetry, Some(shares_only.clone()));
+        // 2. The answers, each group read as `culprits(NULL)` reads it but
+        // its holders' shares taken from the object of step 1 (their
+        // neighbourhoods not read), into the object that holds both: the
+        // shares copied first.
         let written = chrono_micros();
         let path = paths::stage_shares_file(&telemetry, manifest.version, written);
         let mut writer = store.derived_writer(
             &path,
             STAGE_SHARES,
-            &schema,
+            &schema(),
             vec![(TELEMETRY_KEY.to_string(), telemetry.clone())],
         )?;
-        progress(0, groups.len());
+        let (copied, stages) = self.copy_shares(&shares_only, &mut writer).await?;
+        (stored.rows, stored.stages) = (copied, stages);
         for (i, victims) in groups.iter().enumerate() {
             if i > 0 && store.manifest().await?.telemetry_id() != telemetry {
-                // Stale before it is done: not written (the writer is
-                // dropped, its upload never completed).
-                log::info!(
-                    "stored shares: the telemetry changed while {telemetry}'s were computed; \
-                     stopped after {i} of {} groups",
-                    groups.len()
-                );
-                stored.outcome = Outcome::Stale;
-                stored.removed = self.remove_stale_shares().await;
-                return Ok(stored);
+                return self.stopped(stored, i, groups.len()).await;
             }
             let focus = Focus {
                 victims: victims.clone(),
-                holders: false,
+                holders: true,
                 window: WINDOW,
                 attribution: ATTRIBUTION,
             };
-            // Admitted as a heavy analysis (a server's budget: it waits
-            // for a slot and its memory as one; what it reads is counted
-            // until its shares are computed, on a thread that holds it).
-            let estimate = crate::focus::read_estimate(
-                &manifest,
-                &spans,
-                crate::focus::victims_span(&spans, victims),
-            );
-            let mut admitted = self
-                .budget()
-                .admit("storing the slot holders' shares", estimate, true)
+            let stored_only = Kept {
+                cached: false,
+                stored: true,
+            };
+            let (group, admitted) = self
+                .read_group(&manifest, &spans, &whole, &focus, stored_only)
                 .await?;
-            let (snapshot, _) = self
-                .focused_at(
-                    manifest.clone(),
-                    &spans,
-                    &whole,
-                    &focus,
-                    Kept::NONE,
-                    Some(&mut admitted.reservation),
-                )
-                .await?;
-            let (ds, victims, schema) = (snapshot.ds.clone(), victims.clone(), schema.clone());
-            let (batch, _) = crate::budget::run_held((snapshot, admitted), move || {
-                let mask = of_victims(&ds, &victims);
-                let shares = stage_shares(&ds, &mask, WINDOW, ATTRIBUTION)?;
-                rows_of(&ds, &shares, schema)
+            let spans_of = answer_spans(&spans, victims);
+            let (snapshot, victims) = (group.clone(), victims.clone());
+            let (batch, _) = crate::budget::run_held((group, admitted), move || {
+                let opts = BlameOptions {
+                    within: Some(victims),
+                    ..BlameOptions::default()
+                };
+                let answers = snapshot.culprits(&opts)?;
+                answer_rows(&snapshot.ds, &spans_of, &answers, schema())
             })
             .await
-            .map_err(|e| Error::Internal(format!("computing the stages' shares: {e}")))?;
-            let (batch, n): (RecordBatch, usize) = batch?;
-            stored.stages += n;
-            stored.rows += batch.num_rows();
+            .map_err(|e| Error::Internal(format!("computing the stored answers: {e}")))?;
+            let (batch, queries) = batch?;
+            stored.answers += queries;
+            stored.answer_rows += batch.num_rows();
             writer.write(&batch).await?;
-            progress(i + 1, groups.len());
+            done += 1;
+            progress(done, steps);
         }
         stored.bytes = writer.finish().await?;
         stored.outcome = Outcome::Computed;
@@ -287,14 +403,110 @@ impl Engine {
                 log::warn!("stored shares: removing an object that cannot be read: {e}");
             }
         }
+        // The object of the shares only, completed now (not counted).
+        if let Err(e) = store.remove_derived(&[shares_only.0]).await {
+            log::warn!("stored shares: removing the object of the shares only: {e}");
+        }
         stored.removed = self.remove_stale_shares().await;
         log::info!(
-            "stored shares: {} stages ({} rows, {} bytes) for the telemetry {} at {path}",
+            "stored shares: {} stages ({} rows) and the answers of {} queries ({} rows), {} \
+             bytes, for the telemetry {} at {path}",
             stored.stages,
             stored.rows,
+            stored.answers,
+            stored.answer_rows,
             stored.bytes,
             stored.telemetry,
         );
+        Ok(stored)
+    }
+
+    /// A group of [`Engine::store_shares`] read for `focus`, admitted as a
+    /// heavy analysis (a server's budget: it waits for a slot and its
+    /// memory as one; what it reads is counted until the group's rows are
+    /// computed, on a thread that holds the admission).
+    async fn read_group(
+        &self,
+        manifest: &Arc<Manifest>,
+        spans: &crate::focus::Spans,
+        whole: &crate::focus::WholeTables,
+        focus: &Focus,
+        kept: Kept,
+    ) -> Result<(crate::engine::Snapshot, crate::budget::Admission), Error> {
+        let estimate = crate::focus::read_estimate(
+            manifest,
+            spans,
+            crate::focus::victims_span(spans, &focus.victims),
+        );
+        let mut admitted = self
+            .budget()
+            .admit("storing the slot holders' shares", estimate, true)
+            .await?;
+        let (snapshot, _) = self
+            .focused_at(
+                manifest.clone(),
+                spans,
+                whole,
+                focus,
+                kept,
+                Some(&mut admitted.reservation),
+            )
+            .await?;
+        Ok((snapshot, admitted))
+    }
+
+    /// Copies the shares of the object `from` (of the shares only) to
+    /// `writer`: the rows and the stages.
+    async fn copy_shares(
+        &self,
+        (path, bytes): &(String, u64),
+        writer: &mut culprit_store::DerivedWriter,
+    ) -> Result<(usize, usize), Error> {
+        let mut rows = self.scan(vec![shares_file(path, *bytes)], (i64::MIN, i64::MAX), false);
+        let (mut n, mut stages) = (0, 0);
+        let mut last: Option<(String, String)> = None;
+        while let Some(b) = rows.next().await {
+            let b = b?;
+            let text = |name: &str| {
+                b.column_by_name(name)
+                    .and_then(|c| c.as_string_opt::<i32>())
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "the stored shares {path}: the column {name} is missing or of \
+                             another type"
+                        ))
+                    })
+            };
+            let (query, stage) = (text("query")?, text("stage")?);
+            for i in 0..b.num_rows() {
+                let key = (query.value(i), stage.value(i));
+                if last.as_ref().map(|(q, s)| (q.as_str(), s.as_str())) != Some(key) {
+                    stages += 1;
+                    last = Some((key.0.to_string(), key.1.to_string()));
+                }
+            }
+            n += b.num_rows();
+            writer.write(&b).await?;
+        }
+        Ok((n, stages))
+    }
+
+    /// A computation stopped at group `i` of `n` because the telemetry
+    /// changed: nothing kept.
+    async fn stopped(
+        &self,
+        mut stored: SharesStored,
+        i: usize,
+        n: usize,
+    ) -> Result<SharesStored, Error> {
+        // The writer is dropped, its upload never completed.
+        log::info!(
+            "stored shares: the telemetry changed while {}'s were computed; stopped after {i} \
+             of {n} groups",
+            stored.telemetry
+        );
+        stored.outcome = Outcome::Stale;
+        stored.removed = self.remove_stale_shares().await;
         Ok(stored)
     }
 
@@ -487,6 +699,140 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The stored answer of `culprits(victim)` with the default options
+    /// over the whole time (see the module doc), if the store's telemetry
+    /// has one for `victim`; `None` when none is stored (no object, a
+    /// query the index does not hold, a store without a complete query
+    /// index) or it cannot be read (logged): the call is then computed.
+    /// Reads the row groups of the object that may hold the victim's span,
+    /// no task and no window row.
+    pub async fn stored_culprits(&self, victim: &str) -> Result<Option<Vec<StoredCulprit>>, Error> {
+        let manifest = self.store().manifest().await?;
+        let telemetry = manifest.telemetry_id();
+        let Some((path, bytes)) = self.locate_shares(&telemetry).await? else {
+            return Ok(None);
+        };
+        if self.damaged(&path) || paths::is_stage_shares_only_file(&path) {
+            return Ok(None); // no answers (yet)
+        }
+        let Some(spans) = self.spans(&manifest).await? else {
+            return Ok(None);
+        };
+        let Some(span) = spans.get(victim).map(|s| (s.first, s.last)) else {
+            return Ok(None); // unknown: the computation refuses it
+        };
+        let cached = self.read_cache().is_some();
+        let mut rows = self.scan(vec![shares_file(&path, bytes)], span, cached);
+        let mut found = None;
+        while let Some(b) = rows.next().await {
+            if let Err(e) = b
+                .map_err(Error::from)
+                .and_then(|b| add_answer(&mut found, &b, victim))
+            {
+                log::warn!("reading the stored answers {path}: {e}; computing them instead");
+                self.locate(&telemetry, None);
+                if let Ok(mut d) = self.located.damaged.lock() {
+                    *d = Some(path.clone());
+                }
+                return Ok(None);
+            }
+        }
+        if found.is_some() {
+            self.located
+                .answered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(found)
+    }
+
+    /// How many calls [`Engine::stored_culprits`] found a stored answer for.
+    pub fn stored_answers_read(&self) -> u64 {
+        self.located
+            .answered
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Adds the stored answer rows of `victim` of a batch to `found` (a row of
+/// none makes it an empty answer), checking what they hold.
+fn add_answer(
+    found: &mut Option<Vec<StoredCulprit>>,
+    b: &RecordBatch,
+    victim: &str,
+) -> Result<(), Error> {
+    let bad = |what: &str| {
+        Error::Internal(format!(
+            "the stored answers' column {what} is missing or of another type"
+        ))
+    };
+    let text = |name: &str| {
+        b.column_by_name(name)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| bad(name))
+    };
+    let float = |name: &str| {
+        b.column_by_name(name)
+            .and_then(|c| c.as_primitive_opt::<Float64Type>())
+            .ok_or_else(|| bad(name))
+    };
+    let (query, culprit_query) = (text("query")?, text("culprit_query")?);
+    let culprit = b
+        .column_by_name("culprit")
+        .and_then(|c| c.as_primitive_opt::<UInt8Type>())
+        .ok_or_else(|| bad("culprit"))?;
+    let answer = b
+        .column_by_name("answer")
+        .and_then(|c| c.as_boolean_opt())
+        .ok_or_else(|| bad("answer"))?;
+    let (seconds, dor) = (float("blame_seconds")?, float("dor")?);
+    let (naive, deep) = (
+        float("naive_overlap_seconds")?,
+        float("deep_overlap_seconds")?,
+    );
+    let wrong = |i: usize, what: &str| {
+        Error::Internal(format!("the stored answers hold {what} at row {i}"))
+    };
+    let opt = |c: &arrow::array::Float64Array, i: usize| (!c.is_null(i)).then(|| c.value(i));
+    for i in 0..b.num_rows() {
+        if answer.is_null(i) || !answer.value(i) || query.is_null(i) || query.value(i) != victim {
+            continue;
+        }
+        let rows = found.get_or_insert_with(Vec::new);
+        let kind = match culprit.value(i) {
+            NONE => continue,
+            STAGE => CulpritKind::Query,
+            OWN => CulpritKind::OwnQuery,
+            GC => CulpritKind::Gc,
+            EXTERNAL => CulpritKind::External,
+            UNKNOWN => CulpritKind::Unknown,
+            other => return Err(wrong(i, &format!("an unknown culprit kind {other}"))),
+        };
+        let by = (!culprit_query.is_null(i)).then(|| culprit_query.value(i).to_string());
+        if matches!(kind, CulpritKind::Query | CulpritKind::OwnQuery) != by.is_some() {
+            return Err(wrong(
+                i,
+                "a culprit query where its kind has none, or none where it has",
+            ));
+        }
+        let Some(x) = opt(seconds, i).filter(|x| x.is_finite() && *x >= 0.0) else {
+            return Err(wrong(
+                i,
+                "no blame, or a blame that is not a finite number of seconds",
+            ));
+        };
+        rows.push(StoredCulprit {
+            kind,
+            culprit_query: by,
+            seconds: x,
+            dor: opt(dor, i),
+            naive_overlap: opt(naive, i),
+            deep_overlap: opt(deep, i),
+        });
+    }
+    Ok(())
+}
+
 /// A stored object as the store reads a file (a time table's layout).
 fn shares_file(path: &str, bytes: u64) -> DataFile {
     DataFile {
@@ -569,10 +915,12 @@ fn rows_of(
             }
         }
     }
+    let rows = arrow::array::ArrayBuilder::len(&share);
+    let none = || new_null_array(&DataType::Float64, rows);
     let batch = RecordBatch::try_new(
         schema,
         vec![
-            Arc::new(query.finish()),
+            Arc::new(query.finish()) as ArrayRef,
             Arc::new(stage.finish()),
             Arc::new(first.finish()),
             Arc::new(last.finish()),
@@ -580,10 +928,107 @@ fn rows_of(
             Arc::new(culprit_query.finish()),
             Arc::new(culprit_stage.finish()),
             Arc::new(share.finish()),
+            Arc::new(BooleanArray::from(vec![false; rows])),
+            none(),
+            none(),
+            none(),
+            none(),
         ],
     )
     .map_err(|e| Error::Internal(format!("the stages' shares: {e}")))?;
     Ok((batch, stages))
+}
+
+/// The span in the query index of each of `victims` (that has one), in
+/// the order of their start: the order of their stored answers, and the
+/// span a lookup prunes by.
+fn answer_spans(spans: &crate::focus::Spans, victims: &[String]) -> Vec<(String, (i64, i64))> {
+    let mut out: Vec<(String, (i64, i64))> = victims
+        .iter()
+        .filter_map(|v| spans.get(v).map(|s| (v.clone(), (s.first, s.last))))
+        .collect();
+    out.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    out
+}
+
+/// The stored answers' rows of `answers` (`culprits()` of the queries of
+/// `victims`, with their spans): each query's rows in the order of the
+/// result, one row of none for a query without any. The batch and how
+/// many queries.
+fn answer_rows(
+    ds: &Dataset,
+    victims: &[(String, (i64, i64))],
+    answers: &[CulpritRow],
+    schema: SchemaRef,
+) -> Result<(RecordBatch, usize), Error> {
+    let mut of: HashMap<&str, Vec<&CulpritRow>> = HashMap::new();
+    for r in answers {
+        of.entry(ds.queries.name(r.victim)).or_default().push(r);
+    }
+    let n = answers.len() + victims.len();
+    let mut query = StringBuilder::with_capacity(n, n * 8);
+    let mut first = Int64Builder::with_capacity(n);
+    let mut last = Int64Builder::with_capacity(n);
+    let mut culprit = UInt8Builder::with_capacity(n);
+    let mut culprit_query = StringBuilder::with_capacity(n, n * 8);
+    let mut seconds = Float64Builder::with_capacity(n);
+    let mut dor = Float64Builder::with_capacity(n);
+    let mut naive = Float64Builder::with_capacity(n);
+    let mut deep = Float64Builder::with_capacity(n);
+    for (victim, (a, b)) in victims {
+        let rows = of.remove(victim.as_str()).unwrap_or_default();
+        let mut put = |kind: u8, by: Option<&str>, x: Option<f64>, r: Option<&CulpritRow>| {
+            query.append_value(victim);
+            first.append_value(*a);
+            last.append_value(*b);
+            culprit.append_value(kind);
+            culprit_query.append_option(by);
+            seconds.append_option(x);
+            dor.append_option(r.and_then(|r| r.dor));
+            naive.append_option(r.and_then(|r| r.naive_overlap));
+            deep.append_option(r.and_then(|r| r.deep_overlap));
+        };
+        if rows.is_empty() {
+            put(NONE, None, None, None);
+        }
+        for r in rows {
+            let kind = match r.kind {
+                CulpritKind::Query => STAGE,
+                CulpritKind::OwnQuery => OWN,
+                CulpritKind::Gc => GC,
+                CulpritKind::External => EXTERNAL,
+                CulpritKind::Unknown => UNKNOWN,
+            };
+            let by = r.culprit_query.map(|q| ds.queries.name(q));
+            put(kind, by, Some(r.seconds), Some(r));
+        }
+    }
+    if let Some(v) = of.keys().next() {
+        return Err(Error::Internal(format!(
+            "the stored answers: {v} was explained but is not of the group"
+        )));
+    }
+    let rows = arrow::array::ArrayBuilder::len(&culprit);
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(query.finish()) as ArrayRef,
+            Arc::new(arrow::array::StringArray::from(vec![""; rows])),
+            Arc::new(first.finish()),
+            Arc::new(last.finish()),
+            Arc::new(culprit.finish()),
+            Arc::new(culprit_query.finish()),
+            new_null_array(&DataType::Utf8, rows),
+            Arc::new(arrow::array::Float64Array::from(vec![0.0; rows])),
+            Arc::new(BooleanArray::from(vec![true; rows])),
+            Arc::new(seconds.finish()),
+            Arc::new(dor.finish()),
+            Arc::new(naive.finish()),
+            Arc::new(deep.finish()),
+        ],
+    )
+    .map_err(|e| Error::Internal(format!("the stored answers: {e}")))?;
+    Ok((batch, victims.len()))
 }
 
 /// Adds the rows of the stages of `wanted` of a batch of stored rows to
@@ -621,12 +1066,19 @@ fn add_rows(
         .ok_or_else(|| bad("share"))?;
     // The spans are only for pruning; checked so that a foreign file fails.
     let _ = (int("first")?, int("last")?);
+    let answer = b
+        .column_by_name("answer")
+        .and_then(|c| c.as_boolean_opt())
+        .ok_or_else(|| bad("answer"))?;
     let wrong =
         |i: usize, what: &str| Error::Internal(format!("the stored shares hold {what} at row {i}"));
     let mut key = (String::new(), String::new());
     for i in 0..b.num_rows() {
         if query.is_null(i) || stage.is_null(i) || culprit.is_null(i) || share.is_null(i) {
             return Err(wrong(i, "a null"));
+        }
+        if answer.is_null(i) || answer.value(i) {
+            continue; // a stored answer's row, not a share
         }
         key.0.clear();
         key.0.push_str(query.value(i));

@@ -5,7 +5,8 @@
 //! ```text
 //! _culprit/manifests/00000000000000000007.json   the catalog, one per commit
 //! tables/<table>/<batch>-<part>.parquet           data, visible once listed
-//! derived/stage_shares/<telemetry>/v<version>-<written>-f<format>.parquet  the slot holders' shares
+//! derived/stage_shares/<telemetry>/v<version>-<written>-f<format>.parquet  the slot holders' shares and the stored answers
+//! derived/stage_shares/<telemetry>/v<version>-<written>-f<format>-shares.parquet  the shares only, before the answers
 //! ```
 
 use culprit_core::Table;
@@ -57,8 +58,9 @@ pub const STAGE_SHARES_DIR: &str = "derived/stage_shares";
 
 /// The format of the stored shares (of the method that computed them): a
 /// culprit whose shares differ stores them under another number, and
-/// older objects are not read.
-pub const STAGE_SHARES_FORMAT: u32 = 1;
+/// older objects are not read. 2: the stored answers of `culprits(victim)`
+/// beside the shares (format 1 held the shares only).
+pub const STAGE_SHARES_FORMAT: u32 = 2;
 
 /// `derived/stage_shares/<telemetry>/`: the slot holders' shares of the
 /// telemetry named `telemetry` ([`crate::Manifest::telemetry_id`]).
@@ -80,9 +82,27 @@ pub fn stage_shares_file(telemetry: &str, version: u64, written: i64) -> String 
     )
 }
 
-/// Whether `relative` is a stored shares object of this culprit's format.
+/// [`stage_shares_file`] of an object holding the shares only, not yet the
+/// stored answers (`...-f<format>-shares.parquet`): what `culprit shares`
+/// writes first, and completes.
+pub fn stage_shares_only_file(telemetry: &str, version: u64, written: i64) -> String {
+    format!(
+        "{}v{version:020}-{written:020}-f{STAGE_SHARES_FORMAT}-shares.parquet",
+        stage_shares_dir(telemetry)
+    )
+}
+
+/// Whether `relative` is a stored shares object of this culprit's format
+/// (with the stored answers or without, [`stage_shares_only_file`]).
 pub fn is_stage_shares_file(relative: &str) -> bool {
     relative.ends_with(&format!("-f{STAGE_SHARES_FORMAT}.parquet"))
+        || is_stage_shares_only_file(relative)
+}
+
+/// Whether `relative` is a stored shares object of this culprit's format
+/// without the stored answers.
+pub fn is_stage_shares_only_file(relative: &str) -> bool {
+    relative.ends_with(&format!("-f{STAGE_SHARES_FORMAT}-shares.parquet"))
 }
 
 /// An object path under the root.

@@ -6,7 +6,7 @@
 
 use culprit_core::method::usecases::CulpritRow;
 use culprit_core::method::{BlameOptions, Dataset};
-use culprit_engine::{Focus, Snapshot};
+use culprit_engine::{stored_question, Focus, Snapshot, StoredCulprit};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 
@@ -51,6 +51,26 @@ impl TableFunction for Culprits {
 
     fn compute_group(&self, snapshot: &Snapshot, group: &[String]) -> Result<Rows> {
         Self::rows(snapshot, &in_group(&self.opts, group))
+    }
+
+    fn stored(&self) -> Option<String> {
+        stored_question(&self.opts).map(str::to_string)
+    }
+
+    fn from_stored(victim: &str, rows: &[StoredCulprit]) -> Result<Rows> {
+        let mut out = Out::new(culprits_schema(), rows.len());
+        for r in rows {
+            out.row(vec![
+                Cell::S(Some(victim)),
+                Cell::S(Some(r.kind.name())),
+                Cell::S(r.culprit_query.as_deref()),
+                Cell::F(Some(r.seconds)),
+                Cell::F(r.dor),
+                Cell::F(r.naive_overlap),
+                Cell::F(r.deep_overlap),
+            ]);
+        }
+        out.finish().map(Rows::one)
     }
 }
 

@@ -21,7 +21,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use culprit_engine::budget::Cost;
-use culprit_engine::{Engine, Focus, Snapshot};
+use culprit_engine::{Engine, Focus, Snapshot, StoredCulprit};
 
 use super::args::Args;
 use crate::error::{to_datafusion, Error};
@@ -46,6 +46,18 @@ impl Rows {
 }
 
 pub type Compute = Arc<dyn Fn(&Snapshot) -> Result<Rows> + Send + Sync>;
+
+/// A call whose answer may be stored with the data
+/// (`TableFunction::stored`): its victim, and its result from the stored
+/// rows.
+#[derive(Clone)]
+pub struct Stored {
+    pub victim: String,
+    pub rows: StoredRows,
+}
+
+/// The result of a stored answer's rows (`TableFunction::from_stored`).
+pub type StoredRows = Arc<dyn Fn(&str, &[StoredCulprit]) -> Result<Rows> + Send + Sync>;
 
 /// The result for one group of victims (`TableFunction::compute_group`).
 pub type GroupCompute = Arc<dyn Fn(&Snapshot, &[String]) -> Result<Rows> + Send + Sync>;
@@ -95,6 +107,9 @@ pub struct ComputedTable {
     /// victims (`TableFunction::by_groups`): a large store is then
     /// explained one group at a time, in memory that follows the group.
     pub by_groups: Option<ByGroups>,
+    /// The call's answer may be stored with the data: then it is read from
+    /// there (`Engine::stored_culprits`), nothing else.
+    pub stored: Option<Stored>,
     /// The memory the result holds, charged to the query's pool until the
     /// plan (which owns this table) is dropped.
     pub held: Mutex<Vec<MemoryReservation>>,
@@ -122,6 +137,7 @@ impl ComputedTable {
             cost: Cost::Small,
             compute,
             by_groups: None,
+            stored: None,
             held: Default::default(),
             read: Default::default(),
         }
@@ -156,6 +172,28 @@ impl TableProvider for ComputedTable {
         // whose size decides whether the call is heavy and how much
         // working memory it is admitted with.
         let engine = &self.engine;
+        let what = format!("{}()", self.name);
+        if let Some(stored) = &self.stored {
+            // The stored answer, if the store holds one for the call's
+            // question; else computed below. Admitted as a light call.
+            let found = match engine.stored_culprits(&stored.victim).await {
+                Ok(found) => found,
+                Err(e) => {
+                    log::warn!("{what}: the stored answers cannot be read ({e}): computed");
+                    None
+                }
+            };
+            if let Some(found) = found {
+                let started = std::time::Instant::now();
+                let admission = engine
+                    .budget()
+                    .admit(&what, 0, false)
+                    .await
+                    .map_err(to_datafusion)?;
+                let rows = (stored.rows)(&stored.victim, &found)?;
+                return self.result(state, projection, rows, admission, started, "stored");
+            }
+        }
         if let Some(by_groups) = &self.by_groups {
             let groups = engine
                 .victim_groups(by_groups.window, culprit_engine::GROUP_TASKS)
@@ -183,7 +221,6 @@ impl TableProvider for ComputedTable {
             Some(_) => 0,
             None => snapshot.working_estimate(self.cost, self.windows),
         };
-        let what = format!("{}()", self.name);
         // Admission in the server's memory budget (`culprit_engine::budget`):
         // a heavy call takes a slot or waits in the queue; every call waits
         // for its working memory. Full: 53200.
@@ -202,7 +239,7 @@ impl TableProvider for ComputedTable {
         let started = std::time::Instant::now();
         // The slot and the working memory stay held until the computation
         // ends, even when the statement is cancelled meanwhile (`run_held`).
-        let (rows, mut admission) = culprit_engine::run_held(admission, move || compute(&snapshot))
+        let (rows, admission) = culprit_engine::run_held(admission, move || compute(&snapshot))
             .await
             .map_err(|e| {
                 // A panic in the method is a bug: XX000, and a log line.
@@ -213,6 +250,22 @@ impl TableProvider for ComputedTable {
         if let Some(read) = read {
             self.read.lock().expect("read").push(read);
         }
+        self.result(state, projection, rows, admission, started, "computed")
+    }
+}
+
+impl ComputedTable {
+    /// The plan that sends `rows`, the result of a call admitted with
+    /// `admission`, started at `started` (`how`: computed or stored).
+    fn result(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        rows: Rows,
+        mut admission: culprit_engine::Admission,
+        started: std::time::Instant,
+        how: &str,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         // The result is charged to the query's memory pool, drawn from the
         // same budget (with the session's own `--query-memory-mb` when set),
         // in place of the working memory: over it, the query fails with
@@ -229,7 +282,7 @@ impl TableProvider for ComputedTable {
         drop(admission);
         self.held.lock().expect("held").push(reservation);
         log::info!(
-            "{}(): {} rows in {:.2} s",
+            "{}(): {} rows in {:.2} s ({how})",
             self.name,
             rows.rows,
             started.elapsed().as_secs_f64()
@@ -241,9 +294,7 @@ impl TableProvider for ComputedTable {
         });
         self.stream(partition, projection)
     }
-}
 
-impl ComputedTable {
     /// The plan that streams the result `partition` sends.
     fn stream(
         &self,
@@ -513,6 +564,19 @@ pub trait TableFunction: Sized + Send + Sync + 'static {
     fn by_groups(&self) -> Option<(i64, i64)> {
         None
     }
+    /// The victim of a call whose answer the store may hold
+    /// (`culprit_engine::stored_question`), and the result of the stored
+    /// rows ([`Self::from_stored`]); the call is computed when none is.
+    fn stored(&self) -> Option<String> {
+        None
+    }
+    /// The result of the stored answer `rows` of `victim`.
+    fn from_stored(_victim: &str, _rows: &[StoredCulprit]) -> Result<Rows> {
+        Err(to_datafusion(Error::Internal(format!(
+            "{}(): has no stored answers",
+            Self::NAME
+        ))))
+    }
     /// The result for the victims among `group` that ran in the window, on
     /// a snapshot holding what could have slowed them.
     fn compute_group(&self, _snapshot: &Snapshot, _group: &[String]) -> Result<Rows> {
@@ -559,6 +623,10 @@ impl<F: TableFunction> TableFunctionImpl for Registered<F> {
             }),
         );
         table.cost = function.cost();
+        table.stored = function.stored().map(|victim| Stored {
+            victim,
+            rows: Arc::new(|victim: &str, rows: &[StoredCulprit]| F::from_stored(victim, rows)),
+        });
         table.by_groups = function.by_groups().map(|window| ByGroups {
             window,
             compute: Arc::new(move |snapshot: &Snapshot, group: &[String]| {
