@@ -209,7 +209,9 @@ impl Engine {
     /// without a memory limit; 65,536, [`GROUP_TASKS`], with one), each
     /// read as [`Engine::focused`] reads named victims (memory follows a
     /// group, not the store, each admitted in the memory budget as a heavy
-    /// analysis); `progress` is told the groups done and their number.
+    /// analysis), twice: the shares of every group, then the answers of
+    /// `culprits()` of every group (the module doc); `progress` is told the
+    /// steps done and their number (two per group).
     /// Nothing is computed for a store without tasks, or whose telemetry
     /// has a readable object already (one that cannot be read is
     /// replaced); a computation whose telemetry changes stops at the next
@@ -262,6 +264,13 @@ impl Engine {
                     shares_only = Some((path, bytes));
                 }
                 Ok(()) => {
+                    // Readable whole: an analysis's failure to read it
+                    // was passing.
+                    if let Ok(mut d) = self.located.damaged.lock() {
+                        if d.as_deref() == Some(path.as_str()) {
+                            *d = None;
+                        }
+                    }
                     stored.outcome = Outcome::Stored;
                     stored.path = Some(path);
                     stored.bytes = bytes;
@@ -304,7 +313,7 @@ impl Engine {
                     vec![(TELEMETRY_KEY.to_string(), telemetry.clone())],
                 )?;
                 for (i, victims) in groups.iter().enumerate() {
-                    if i > 0 && store.manifest().await?.telemetry_id() != telemetry {
+                    if store.manifest().await?.telemetry_id() != telemetry {
                         return self.stopped(stored, i, groups.len()).await;
                     }
                     let focus = Focus {
@@ -330,6 +339,9 @@ impl Engine {
                     writer.write(&batch).await?;
                     done += 1;
                     progress(done, steps);
+                }
+                if store.manifest().await?.telemetry_id() != telemetry {
+                    return self.stopped(stored, groups.len(), groups.len()).await;
                 }
                 let bytes = writer.finish().await?;
                 log::info!(
@@ -359,7 +371,7 @@ impl Engine {
         let (copied, stages) = self.copy_shares(&shares_only, &mut writer).await?;
         (stored.rows, stored.stages) = (copied, stages);
         for (i, victims) in groups.iter().enumerate() {
-            if i > 0 && store.manifest().await?.telemetry_id() != telemetry {
+            if store.manifest().await?.telemetry_id() != telemetry {
                 return self.stopped(stored, i, groups.len()).await;
             }
             let focus = Focus {
@@ -393,6 +405,9 @@ impl Engine {
             writer.write(&batch).await?;
             done += 1;
             progress(done, steps);
+        }
+        if store.manifest().await?.telemetry_id() != telemetry {
+            return self.stopped(stored, groups.len(), groups.len()).await;
         }
         stored.bytes = writer.finish().await?;
         stored.outcome = Outcome::Computed;
@@ -531,11 +546,13 @@ impl Engine {
                 return 0;
             }
         };
-        let newest = objects
-            .iter()
-            .rev()
-            .find(|(p, _)| p.starts_with(&current) && paths::is_stage_shares_file(p))
-            .map(|(p, _)| p.clone());
+        let newest = newest(
+            objects
+                .iter()
+                .map(|(p, _)| p.as_str())
+                .filter(|p| p.starts_with(&current)),
+        )
+        .map(str::to_string);
         let gone: Vec<String> = objects
             .into_iter()
             .map(|(p, _)| p)
@@ -550,26 +567,29 @@ impl Engine {
         }
     }
 
-    /// Reads a stored object whole, checking what it holds.
+    /// Reads a stored object whole, checking what it holds (every share
+    /// row and every answer row).
     async fn check_shares(&self, path: &str, bytes: u64) -> Result<(), Error> {
         let mut rows = self.scan(vec![shares_file(path, bytes)], (i64::MIN, i64::MAX), false);
         let none = std::collections::HashSet::new();
         while let Some(b) = rows.next().await {
-            add_rows(&mut Found::new(), &b?, &none)?;
+            let b = b?;
+            add_rows(&mut Found::new(), &b, &none)?;
+            add_answer(&mut None, &b, None)?;
         }
         Ok(())
     }
 
-    /// The newest stored object of `telemetry` in this culprit's format,
-    /// with its size; `None` if none (listed now).
+    /// The newest stored object of `telemetry` in this culprit's format
+    /// (with the answers, if one is), with its size; `None` if none (listed
+    /// now).
     async fn find_shares(&self, telemetry: &str) -> Result<Option<(String, u64)>, Error> {
         let found = self
             .store()
             .derived_objects(&paths::stage_shares_dir(telemetry))
-            .await?
-            .into_iter()
-            .rev()
-            .find(|(path, _)| paths::is_stage_shares_file(path));
+            .await?;
+        let found = newest(found.iter().map(|(p, _)| p.as_str()))
+            .and_then(|n| found.iter().find(|(p, _)| p == n).cloned());
         self.locate(telemetry, found.clone());
         Ok(found)
     }
@@ -636,7 +656,11 @@ impl Engine {
             // Listed now (another process may have stored or removed
             // them); one an analysis could not read is replaced.
             match self.find_shares(&telemetry).await {
-                Ok(Some((path, _))) if !self.damaged(&path) => continue,
+                Ok(Some((path, _)))
+                    if !self.damaged(&path) && !paths::is_stage_shares_only_file(&path) =>
+                {
+                    continue
+                }
                 Ok(_) => {}
                 Err(e) => {
                     log::warn!("stored shares: {e}");
@@ -728,7 +752,7 @@ impl Engine {
         while let Some(b) = rows.next().await {
             if let Err(e) = b
                 .map_err(Error::from)
-                .and_then(|b| add_answer(&mut found, &b, victim))
+                .and_then(|b| add_answer(&mut found, &b, Some(victim)))
             {
                 log::warn!("reading the stored answers {path}: {e}; computing them instead");
                 self.locate(&telemetry, None);
@@ -755,11 +779,12 @@ impl Engine {
 }
 
 /// Adds the stored answer rows of `victim` of a batch to `found` (a row of
-/// none makes it an empty answer), checking what they hold.
+/// none makes it an empty answer), checking what they hold; with no
+/// victim, checks every answer row and adds none.
 fn add_answer(
     found: &mut Option<Vec<StoredCulprit>>,
     b: &RecordBatch,
-    victim: &str,
+    victim: Option<&str>,
 ) -> Result<(), Error> {
     let bad = |what: &str| {
         Error::Internal(format!(
@@ -795,10 +820,15 @@ fn add_answer(
     };
     let opt = |c: &arrow::array::Float64Array, i: usize| (!c.is_null(i)).then(|| c.value(i));
     for i in 0..b.num_rows() {
-        if answer.is_null(i) || !answer.value(i) || query.is_null(i) || query.value(i) != victim {
+        if answer.is_null(i) || query.is_null(i) || culprit.is_null(i) {
+            return Err(wrong(i, "a null"));
+        }
+        if !answer.value(i) || victim.is_some_and(|v| query.value(i) != v) {
             continue;
         }
-        let rows = found.get_or_insert_with(Vec::new);
+        if victim.is_some() {
+            found.get_or_insert_with(Vec::new);
+        }
         let kind = match culprit.value(i) {
             NONE => continue,
             STAGE => CulpritKind::Query,
@@ -821,16 +851,33 @@ fn add_answer(
                 "no blame, or a blame that is not a finite number of seconds",
             ));
         };
-        rows.push(StoredCulprit {
-            kind,
-            culprit_query: by,
-            seconds: x,
-            dor: opt(dor, i),
-            naive_overlap: opt(naive, i),
-            deep_overlap: opt(deep, i),
-        });
+        if let (Some(rows), Some(_)) = (found.as_mut(), victim) {
+            rows.push(StoredCulprit {
+                kind,
+                culprit_query: by,
+                seconds: x,
+                dor: opt(dor, i),
+                naive_overlap: opt(naive, i),
+                deep_overlap: opt(deep, i),
+            });
+        }
     }
     Ok(())
+}
+
+/// Of stored objects' paths (sorted, as listed), the one readers take: the
+/// newest holding the answers, else the newest of the shares only (a
+/// computation's first step).
+fn newest<'a>(paths: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let (mut complete, mut shares_only) = (None, None);
+    for p in paths {
+        if paths::is_stage_shares_only_file(p) {
+            shares_only = Some(p);
+        } else if paths::is_stage_shares_file(p) {
+            complete = Some(p);
+        }
+    }
+    complete.or(shares_only)
 }
 
 /// A stored object as the store reads a file (a time table's layout).
@@ -1077,7 +1124,10 @@ fn add_rows(
         if query.is_null(i) || stage.is_null(i) || culprit.is_null(i) || share.is_null(i) {
             return Err(wrong(i, "a null"));
         }
-        if answer.is_null(i) || answer.value(i) {
+        if answer.is_null(i) {
+            return Err(wrong(i, "a null"));
+        }
+        if answer.value(i) {
             continue; // a stored answer's row, not a share
         }
         key.0.clear();

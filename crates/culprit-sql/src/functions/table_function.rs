@@ -176,6 +176,7 @@ impl TableProvider for ComputedTable {
         if let Some(stored) = &self.stored {
             // The stored answer, if the store holds one for the call's
             // question; else computed below. Admitted as a light call.
+            let started = std::time::Instant::now();
             let found = match engine.stored_culprits(&stored.victim).await {
                 Ok(found) => found,
                 Err(e) => {
@@ -184,7 +185,6 @@ impl TableProvider for ComputedTable {
                 }
             };
             if let Some(found) = found {
-                let started = std::time::Instant::now();
                 let admission = engine
                     .budget()
                     .admit(&what, 0, false)
