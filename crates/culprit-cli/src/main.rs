@@ -921,8 +921,8 @@ async fn run(command: Command) -> Result<ExitCode, BoxError> {
                 .store_shares(&mut |done, total| {
                     if total > 0 && (done == total || done % 10 == 0) {
                         eprintln!(
-                            "shares: {done}/{total} steps (each group of queries' shares, then \
-                             its answers)"
+                            "shares: {done}/{total} steps (the shares of every group of \
+                             queries, then their answers)"
                         );
                     }
                 })

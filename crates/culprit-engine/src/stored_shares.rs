@@ -32,9 +32,10 @@
 //!
 //! The same object holds the stored answers: the rows of `culprits(q)`
 //! with the default options over the whole time, for every query `q` of
-//! the store, computed group by group as `culprits(NULL)` computes them
-//! (each group read with its slot holders' neighbourhoods, as
-//! [`Engine::group`] reads it). A call asking exactly that question is
+//! the store, computed group by group as `culprits(NULL)` computes them,
+//! once every stage's shares are stored (each group read for its victims,
+//! its slot holders' shares taken from those just stored, their
+//! neighbourhoods not read). A call asking exactly that question is
 //! answered from them ([`Engine::stored_culprits`]: the row groups of the
 //! victim's span, found through the query index) without reading a task or
 //! a window row; any other call (an option, a window, another function)
@@ -81,18 +82,30 @@ pub const WINDOW: (Micros, Micros) = (Micros::MIN, Micros::MAX);
 pub const ATTRIBUTION: Attribution = Attribution::Window;
 
 /// The victim of a call whose answer is stored: `culprits(victim)` with
-/// the default options over the whole time (`opts` its options), one
-/// victim named; `None` for any other.
+/// the default options over the whole time (`opts` its options; an option
+/// given at its default value, or `NULL` for `from` and `to`, is the
+/// same), one victim named; `None` for any other.
 pub fn stored_question(opts: &BlameOptions) -> Option<&str> {
     let d = BlameOptions::default();
-    let default = opts.within.is_none()
-        && opts.from.is_none()
-        && opts.to.is_none()
-        && opts.stages == d.stages
-        && opts.attribution == d.attribution
-        && opts.slots == d.slots
-        && opts.tasks == d.tasks;
-    match opts.victims.as_deref() {
+    // Every field named: a new option is not taken as the default's.
+    let BlameOptions {
+        victims,
+        within,
+        stages,
+        attribution,
+        slots,
+        tasks,
+        from,
+        to,
+    } = opts;
+    let default = within.is_none()
+        && from.is_none()
+        && to.is_none()
+        && *stages == d.stages
+        && *attribution == d.attribution
+        && *slots == d.slots
+        && *tasks == d.tasks;
+    match victims.as_deref() {
         Some([victim]) if default => Some(victim),
         _ => None,
     }
@@ -254,7 +267,6 @@ impl Engine {
         if manifest.rows_of(culprit_core::Table::Tasks) == 0 {
             return Ok(stored); // no stage ran: nothing to store
         }
-        let mut damaged = None;
         // An object of the shares only (a computation stopped before the
         // answers) is completed: its shares are not computed again.
         let mut shares_only = None;
@@ -277,8 +289,12 @@ impl Engine {
                     return Ok(stored);
                 }
                 Err(e) => {
+                    // Removed now, so that neither the reads below nor
+                    // analyses meanwhile take it for the newest.
                     log::warn!("stored shares: {path} cannot be read ({e}): computed again");
-                    damaged = Some(path);
+                    if let Err(e) = store.remove_derived(std::slice::from_ref(&path)).await {
+                        log::warn!("stored shares: removing an object that cannot be read: {e}");
+                    }
                 }
             }
         }
@@ -413,11 +429,6 @@ impl Engine {
         stored.outcome = Outcome::Computed;
         stored.path = Some(path.clone());
         self.locate(&telemetry, Some((path.clone(), stored.bytes)));
-        if let Some(damaged) = damaged {
-            if let Err(e) = store.remove_derived(&[damaged]).await {
-                log::warn!("stored shares: removing an object that cannot be read: {e}");
-            }
-        }
         // The object of the shares only, completed now (not counted).
         if let Err(e) = store.remove_derived(&[shares_only.0]).await {
             log::warn!("stored shares: removing the object of the shares only: {e}");
@@ -571,10 +582,9 @@ impl Engine {
     /// row and every answer row).
     async fn check_shares(&self, path: &str, bytes: u64) -> Result<(), Error> {
         let mut rows = self.scan(vec![shares_file(path, bytes)], (i64::MIN, i64::MAX), false);
-        let none = std::collections::HashSet::new();
         while let Some(b) = rows.next().await {
             let b = b?;
-            add_rows(&mut Found::new(), &b, &none)?;
+            add_rows(&mut Found::new(), &b, None)?;
             add_answer(&mut None, &b, None)?;
         }
         Ok(())
@@ -707,7 +717,7 @@ impl Engine {
         while let Some(b) = rows.next().await {
             if let Err(e) = b
                 .map_err(Error::from)
-                .and_then(|b| add_rows(&mut found, &b, wanted))
+                .and_then(|b| add_rows(&mut found, &b, Some(wanted)))
             {
                 log::warn!("reading the stored shares {path}: {e}; computing them instead");
                 // Taken as none for a while, then looked for again; the
@@ -1080,11 +1090,12 @@ fn answer_rows(
 
 /// Adds the rows of the stages of `wanted` of a batch of stored rows to
 /// `found`, checking what it holds (a damaged or foreign object fails the
-/// lookup, and the analysis computes the shares itself).
+/// lookup, and the analysis computes the shares itself); with none
+/// wanted, checks every share row and adds none.
 fn add_rows(
     found: &mut Found,
     b: &RecordBatch,
-    wanted: &std::collections::HashSet<(String, String)>,
+    wanted: Option<&std::collections::HashSet<(String, String)>>,
 ) -> Result<(), Error> {
     let bad = |what: &str| {
         Error::Internal(format!(
@@ -1134,7 +1145,7 @@ fn add_rows(
         key.0.push_str(query.value(i));
         key.1.clear();
         key.1.push_str(stage.value(i));
-        if !wanted.contains(&key) {
+        if wanted.is_some_and(|w| !w.contains(&key)) {
             continue;
         }
         let x = share.value(i);

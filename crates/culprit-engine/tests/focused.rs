@@ -2016,7 +2016,7 @@ fn query_ids(w: &culprit_sim::Workload) -> Vec<String> {
 }
 
 /// A computation of the stored shares stopped after its shares, before its
-/// answers (the process killed, the telemetry changed), leaves an object of
+/// answers (the process killed, or failed), leaves an object of
 /// the shares only: analyses take their holders' shares from it, no call
 /// is answered from it, and the next computation completes it without
 /// computing the shares again. An object of the shares only newer than
@@ -2096,51 +2096,87 @@ async fn a_computation_stopped_before_its_answers_is_completed() {
     assert_eq!(again.path.as_deref(), Some(complete.as_str()));
     store.remove_derived(&[newer]).await.unwrap();
 
-    // Answer rows that cannot be read (a culprit kind no culprit writes):
-    // the object is computed again, not taken as stored.
+    // Answer rows that cannot be read (a culprit kind no culprit writes),
+    // then share rows (a share of 2): the object is computed again, not
+    // taken as stored.
+    let mut object = complete;
+    for answers in [true, false] {
+        let bytes = store
+            .object_store()
+            .get(&store.path(&object))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        store
+            .object_store()
+            .put(&store.path(&object), damaged(bytes, answers).into())
+            .await
+            .unwrap();
+        let reader = Engine::new(store.clone());
+        if answers {
+            assert_eq!(reader.stored_culprits(&q).await.unwrap(), None, "damaged");
+        }
+        let replaced = reader.store_shares(&mut |_, _| {}).await.unwrap();
+        assert_eq!(
+            replaced.outcome,
+            culprit_engine::SharesOutcome::Computed,
+            "answers {answers}: {replaced:?}"
+        );
+        let path = replaced.path.unwrap();
+        assert_ne!(path, object);
+        assert_eq!(store.derived_size(&object).await.unwrap(), None);
+        assert!(Engine::new(store.clone())
+            .stored_culprits(&q)
+            .await
+            .unwrap()
+            .is_some());
+        object = path;
+    }
+}
+
+/// A stored object (`bytes`) with its answer rows' culprit kind made 9
+/// (`answers`), or its share rows' share made 2: rows no culprit writes.
+fn damaged<B: parquet::file::reader::ChunkReader + 'static>(bytes: B, answers: bool) -> Vec<u8> {
     let mut batches = Vec::new();
     for b in parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024).unwrap() {
         let b = b.unwrap();
         let answer = b.column_by_name("answer").unwrap().as_boolean().clone();
-        let culprit: arrow::array::UInt8Array = b
-            .column_by_name("culprit")
-            .unwrap()
-            .as_primitive::<arrow::datatypes::UInt8Type>()
-            .iter()
-            .zip(answer.iter())
-            .map(|(c, a)| if a == Some(true) { Some(9) } else { c })
-            .collect();
-        let i = b.schema().index_of("culprit").unwrap();
+        let (name, column): (&str, arrow::array::ArrayRef) = if answers {
+            let c: arrow::array::UInt8Array = b
+                .column_by_name("culprit")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::UInt8Type>()
+                .iter()
+                .zip(answer.iter())
+                .map(|(c, a)| if a == Some(true) { Some(9) } else { c })
+                .collect();
+            ("culprit", std::sync::Arc::new(c))
+        } else {
+            let c: arrow::array::Float64Array = b
+                .column_by_name("share")
+                .unwrap()
+                .as_primitive::<arrow::datatypes::Float64Type>()
+                .iter()
+                .zip(answer.iter())
+                .map(|(c, a)| if a == Some(false) { Some(2.0) } else { c })
+                .collect();
+            ("share", std::sync::Arc::new(c))
+        };
+        let i = b.schema().index_of(name).unwrap();
         let mut columns = b.columns().to_vec();
-        columns[i] = std::sync::Arc::new(culprit);
+        columns[i] = column;
         batches.push(RecordBatch::try_new(b.schema(), columns).unwrap());
     }
-    let mut damaged = Vec::new();
+    let mut out = Vec::new();
     let mut writer =
-        parquet::arrow::ArrowWriter::try_new(&mut damaged, batches[0].schema(), None).unwrap();
+        parquet::arrow::ArrowWriter::try_new(&mut out, batches[0].schema(), None).unwrap();
     for b in &batches {
         writer.write(b).unwrap();
     }
     writer.close().unwrap();
-    store
-        .object_store()
-        .put(&store.path(&complete), damaged.into())
-        .await
-        .unwrap();
-    let reader = Engine::new(store.clone());
-    assert_eq!(reader.stored_culprits(&q).await.unwrap(), None, "damaged");
-    let replaced = reader.store_shares(&mut |_, _| {}).await.unwrap();
-    assert_eq!(
-        replaced.outcome,
-        culprit_engine::SharesOutcome::Computed,
-        "{replaced:?}"
-    );
-    assert_ne!(replaced.path.as_deref(), Some(complete.as_str()));
-    assert!(Engine::new(store.clone())
-        .stored_culprits(&q)
-        .await
-        .unwrap()
-        .is_some());
+    out
 }
 
 /// A server's background storing completes an object of the shares only
