@@ -58,6 +58,31 @@ fn store_of(rt: &tokio::runtime::Runtime, tasks: usize) -> culprit_store::Store 
     store
 }
 
+/// A session of a server's engine on `store`: its budget (half the
+/// machine) and read cache.
+fn server_session(
+    rt: &tokio::runtime::Runtime,
+    store: &culprit_store::Store,
+) -> (
+    std::sync::Arc<culprit_sql::Engine>,
+    culprit_sql::datafusion::prelude::SessionContext,
+) {
+    let budget = culprit_engine::Budget::new(culprit_engine::BudgetOptions {
+        limit: Some(culprit_engine::budget::default_limit()),
+        ..Default::default()
+    });
+    let engine = std::sync::Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
+    let ctx = rt
+        .block_on(culprit_sql::session_with(
+            store.clone(),
+            engine.clone(),
+            culprit_sql::default_config(),
+            None,
+        ))
+        .expect("session");
+    (engine, ctx)
+}
+
 /// Runs a statement; an error (the unknown victim's) is a result too.
 /// Runs a statement; a failed one panics, so that a broken analysis is
 /// never timed as a fast one.
@@ -97,20 +122,7 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
-        // A server's engine: its budget (half the machine) and read cache.
-        let budget = culprit_engine::Budget::new(culprit_engine::BudgetOptions {
-            limit: Some(culprit_engine::budget::default_limit()),
-            ..Default::default()
-        });
-        let engine = std::sync::Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
-        let ctx = rt
-            .block_on(culprit_sql::session_with(
-                store.clone(),
-                engine,
-                culprit_sql::default_config(),
-                None,
-            ))
-            .expect("session");
+        let (_, ctx) = server_session(&rt, &store);
         rt.block_on(async { run!(ctx, &sql) });
         g.bench_function(format!("warm/{tasks}_tasks"), |b| {
             b.iter(|| rt.block_on(async { run!(ctx, &sql) }))
@@ -150,19 +162,7 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
-        let budget = culprit_engine::Budget::new(culprit_engine::BudgetOptions {
-            limit: Some(culprit_engine::budget::default_limit()),
-            ..Default::default()
-        });
-        let engine = std::sync::Arc::new(culprit_sql::Engine::with_budget(store.clone(), budget));
-        let server = rt
-            .block_on(culprit_sql::session_with(
-                store.clone(),
-                engine.clone(),
-                culprit_sql::default_config(),
-                None,
-            ))
-            .expect("session");
+        let (engine, server) = server_session(&rt, &store);
         g.bench_function(format!("stored_warm_next/{tasks}_tasks"), |b| {
             b.iter(|| {
                 i = (i + 1) % next.len();

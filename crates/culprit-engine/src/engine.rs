@@ -180,6 +180,11 @@ impl Engine {
         }
     }
 
+    /// The store's newest version.
+    pub async fn manifest(&self) -> Result<Arc<culprit_store::Manifest>, Error> {
+        Ok(self.store.manifest().await?)
+    }
+
     /// How many slot holder stages' shares the engine keeps for the next
     /// focused analyses (`shares.rs`).
     pub fn holder_shares_kept(&self) -> usize {

@@ -337,6 +337,16 @@ impl Engine {
     /// [`Engine::snapshot`]).
     pub async fn focused(&self, focus: &Focus) -> Result<Option<Snapshot>, Error> {
         let manifest = self.store().manifest().await?;
+        self.focused_at_version(manifest, focus).await
+    }
+
+    /// [`Engine::focused`] at the store's version `manifest` (read once by
+    /// a call that looked for a stored answer first).
+    pub async fn focused_at_version(
+        &self,
+        manifest: Arc<Manifest>,
+        focus: &Focus,
+    ) -> Result<Option<Snapshot>, Error> {
         let Some(spans) = self.spans(&manifest).await? else {
             log::info!(
                 "store version {}: no complete query index, reading the whole store",

@@ -493,17 +493,8 @@ impl Engine {
         let mut last: Option<(String, String)> = None;
         while let Some(b) = rows.next().await {
             let b = b?;
-            let text = |name: &str| {
-                b.column_by_name(name)
-                    .and_then(|c| c.as_string_opt::<i32>())
-                    .ok_or_else(|| {
-                        Error::Internal(format!(
-                            "the stored shares {path}: the column {name} is missing or of \
-                             another type"
-                        ))
-                    })
-            };
-            let (query, stage) = (text("query")?, text("stage")?);
+            let c = Columns(&b);
+            let (query, stage) = (c.text("query")?, c.text("stage")?);
             for i in 0..b.num_rows() {
                 let key = (query.value(i), stage.value(i));
                 if last.as_ref().map(|(q, s)| (q.as_str(), s.as_str())) != Some(key) {
@@ -743,6 +734,17 @@ impl Engine {
     /// no task and no window row.
     pub async fn stored_culprits(&self, victim: &str) -> Result<Option<Vec<StoredCulprit>>, Error> {
         let manifest = self.store().manifest().await?;
+        self.stored_culprits_at(&manifest, victim).await
+    }
+
+    /// [`Engine::stored_culprits`] of the store's version `manifest` (a
+    /// call that computes its answer when none is stored reads the same
+    /// version, [`Engine::focused_at_version`]).
+    pub async fn stored_culprits_at(
+        &self,
+        manifest: &Manifest,
+        victim: &str,
+    ) -> Result<Option<Vec<StoredCulprit>>, Error> {
         let telemetry = manifest.telemetry_id();
         let Some((path, bytes)) = self.locate_shares(&telemetry).await? else {
             return Ok(None);
@@ -750,7 +752,7 @@ impl Engine {
         if self.damaged(&path) || paths::is_stage_shares_only_file(&path) {
             return Ok(None); // no answers (yet)
         }
-        let Some(spans) = self.spans(&manifest).await? else {
+        let Some(spans) = self.spans(manifest).await? else {
             return Ok(None);
         };
         let Some(span) = spans.get(victim).map(|s| (s.first, s.last)) else {
@@ -788,6 +790,47 @@ impl Engine {
     }
 }
 
+/// The columns of a batch of a stored object, each of the type its
+/// readers expect, or an error naming it (a damaged or foreign object).
+struct Columns<'a>(&'a RecordBatch);
+
+impl<'a> Columns<'a> {
+    fn get<T: ?Sized>(
+        &self,
+        name: &str,
+        of_type: impl FnOnce(&'a dyn Array) -> Option<&'a T>,
+    ) -> Result<&'a T, Error> {
+        self.0
+            .column_by_name(name)
+            .and_then(|c| of_type(c.as_ref()))
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "the stored shares' column {name} is missing or of another type"
+                ))
+            })
+    }
+
+    fn text(&self, name: &str) -> Result<&'a arrow::array::StringArray, Error> {
+        self.get(name, |c| c.as_string_opt::<i32>())
+    }
+
+    fn float(&self, name: &str) -> Result<&'a arrow::array::Float64Array, Error> {
+        self.get(name, |c| c.as_primitive_opt::<Float64Type>())
+    }
+
+    fn int(&self, name: &str) -> Result<&'a arrow::array::Int64Array, Error> {
+        self.get(name, |c| c.as_primitive_opt::<Int64Type>())
+    }
+
+    fn kind(&self) -> Result<&'a arrow::array::UInt8Array, Error> {
+        self.get("culprit", |c| c.as_primitive_opt::<UInt8Type>())
+    }
+
+    fn answer(&self) -> Result<&'a BooleanArray, Error> {
+        self.get("answer", |c| c.as_boolean_opt())
+    }
+}
+
 /// Adds the stored answer rows of `victim` of a batch to `found` (a row of
 /// none makes it an empty answer), checking what they hold; with no
 /// victim, checks every answer row and adds none.
@@ -796,34 +839,13 @@ fn add_answer(
     b: &RecordBatch,
     victim: Option<&str>,
 ) -> Result<(), Error> {
-    let bad = |what: &str| {
-        Error::Internal(format!(
-            "the stored answers' column {what} is missing or of another type"
-        ))
-    };
-    let text = |name: &str| {
-        b.column_by_name(name)
-            .and_then(|c| c.as_string_opt::<i32>())
-            .ok_or_else(|| bad(name))
-    };
-    let float = |name: &str| {
-        b.column_by_name(name)
-            .and_then(|c| c.as_primitive_opt::<Float64Type>())
-            .ok_or_else(|| bad(name))
-    };
-    let (query, culprit_query) = (text("query")?, text("culprit_query")?);
-    let culprit = b
-        .column_by_name("culprit")
-        .and_then(|c| c.as_primitive_opt::<UInt8Type>())
-        .ok_or_else(|| bad("culprit"))?;
-    let answer = b
-        .column_by_name("answer")
-        .and_then(|c| c.as_boolean_opt())
-        .ok_or_else(|| bad("answer"))?;
-    let (seconds, dor) = (float("blame_seconds")?, float("dor")?);
+    let c = Columns(b);
+    let (query, culprit_query) = (c.text("query")?, c.text("culprit_query")?);
+    let (culprit, answer) = (c.kind()?, c.answer()?);
+    let (seconds, dor) = (c.float("blame_seconds")?, c.float("dor")?);
     let (naive, deep) = (
-        float("naive_overlap_seconds")?,
-        float("deep_overlap_seconds")?,
+        c.float("naive_overlap_seconds")?,
+        c.float("deep_overlap_seconds")?,
     );
     let wrong = |i: usize, what: &str| {
         Error::Internal(format!("the stored answers hold {what} at row {i}"))
@@ -1097,37 +1119,12 @@ fn add_rows(
     b: &RecordBatch,
     wanted: Option<&std::collections::HashSet<(String, String)>>,
 ) -> Result<(), Error> {
-    let bad = |what: &str| {
-        Error::Internal(format!(
-            "the stored shares' column {what} is missing or of another type"
-        ))
-    };
-    let text = |name: &str| {
-        b.column_by_name(name)
-            .and_then(|c| c.as_string_opt::<i32>())
-            .ok_or_else(|| bad(name))
-    };
-    let int = |name: &str| {
-        b.column_by_name(name)
-            .and_then(|c| c.as_primitive_opt::<Int64Type>())
-            .ok_or_else(|| bad(name))
-    };
-    let (query, stage) = (text("query")?, text("stage")?);
-    let (culprit_query, culprit_stage) = (text("culprit_query")?, text("culprit_stage")?);
-    let culprit = b
-        .column_by_name("culprit")
-        .and_then(|c| c.as_primitive_opt::<UInt8Type>())
-        .ok_or_else(|| bad("culprit"))?;
-    let share = b
-        .column_by_name("share")
-        .and_then(|c| c.as_primitive_opt::<Float64Type>())
-        .ok_or_else(|| bad("share"))?;
+    let c = Columns(b);
+    let (query, stage) = (c.text("query")?, c.text("stage")?);
+    let (culprit_query, culprit_stage) = (c.text("culprit_query")?, c.text("culprit_stage")?);
+    let (culprit, share, answer) = (c.kind()?, c.float("share")?, c.answer()?);
     // The spans are only for pruning; checked so that a foreign file fails.
-    let _ = (int("first")?, int("last")?);
-    let answer = b
-        .column_by_name("answer")
-        .and_then(|c| c.as_boolean_opt())
-        .ok_or_else(|| bad("answer"))?;
+    let _ = (c.int("first")?, c.int("last")?);
     let wrong =
         |i: usize, what: &str| Error::Internal(format!("the stored shares hold {what} at row {i}"));
     let mut key = (String::new(), String::new());

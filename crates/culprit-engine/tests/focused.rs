@@ -1468,15 +1468,7 @@ async fn stored_holder_shares_give_the_whole_stores_numbers_while_the_telemetry_
         }),
     );
     for (i, (v, (_, _, want))) in victims.iter().zip(&with).enumerate() {
-        let opts = BlameOptions {
-            victims: Some(vec![v.clone()]),
-            ..Default::default()
-        };
-        let s = server
-            .focused(&Focus::of(&opts).unwrap())
-            .await
-            .unwrap()
-            .unwrap();
+        let (opts, s) = focused_default(&server, v).await;
         assert_eq!(&culprits(&s, &opts), want, "victim {v}, a server's engine");
         let known = s.ds.shares.as_ref().map_or(0, |s| s.known.len());
         assert_eq!(
@@ -1751,19 +1743,26 @@ async fn analyse(store: Store, victims: &[String]) -> Vec<(usize, usize, Culprit
     let engine = Engine::new(store);
     let mut out = Vec::new();
     for v in victims {
-        let opts = BlameOptions {
-            victims: Some(vec![v.clone()]),
-            ..Default::default()
-        };
-        let s = engine
-            .focused(&Focus::of(&opts).unwrap())
-            .await
-            .unwrap()
-            .unwrap();
+        let (opts, s) = focused_default(&engine, v).await;
         let known = s.ds.shares.as_ref().map_or(0, |s| s.known.len());
         out.push((known, window_rows(&s), culprits(&s, &opts)));
     }
     out
+}
+
+/// The default analysis of victim `v` and the focused snapshot `engine`
+/// reads for it.
+async fn focused_default(engine: &Engine, v: &str) -> (BlameOptions, Snapshot) {
+    let opts = BlameOptions {
+        victims: Some(vec![v.to_string()]),
+        ..Default::default()
+    };
+    let s = engine
+        .focused(&Focus::of(&opts).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    (opts, s)
 }
 
 /// A server stores the shares in the background once the telemetry is
@@ -1848,25 +1847,12 @@ type AnswerRow = (
 async fn stored_answers_are_each_victims_own_computation() {
     let w = short_queries();
     let store = store_of(&w).await;
-    let names = w
-        .queries
-        .column_by_name("query_id")
-        .unwrap()
-        .as_string::<i32>();
-    let queries: Vec<String> = names.iter().flatten().map(str::to_string).collect();
+    let queries = query_ids(&w);
     let engine = Engine::new(store.clone());
     // Each victim's own computation first, nothing stored yet.
     let mut expected = Vec::new();
     for q in &queries {
-        let opts = BlameOptions {
-            victims: Some(vec![q.clone()]),
-            ..Default::default()
-        };
-        let s = engine
-            .focused(&Focus::of(&opts).unwrap())
-            .await
-            .unwrap()
-            .unwrap();
+        let (opts, s) = focused_default(&engine, q).await;
         let rows: Vec<_> = s
             .culprits(&opts)
             .unwrap()

@@ -173,11 +173,17 @@ impl TableProvider for ComputedTable {
         // working memory it is admitted with.
         let engine = &self.engine;
         let what = format!("{}()", self.name);
-        if let Some(stored) = &self.stored {
+        // A call for named victims reads the store's version once, for its
+        // stored answer and its read.
+        let manifest = match (&self.stored, &self.focus) {
+            (None, None) => None,
+            _ => Some(engine.manifest().await.map_err(to_datafusion)?),
+        };
+        if let (Some(stored), Some(manifest)) = (&self.stored, &manifest) {
             // The stored answer, if the store holds one for the call's
             // question; else computed below. Admitted as a light call.
             let started = std::time::Instant::now();
-            let found = match engine.stored_culprits(&stored.victim).await {
+            let found = match engine.stored_culprits_at(manifest, &stored.victim).await {
                 Ok(found) => found,
                 Err(e) => {
                     log::warn!("{what}: the stored answers cannot be read ({e}): computed");
@@ -203,9 +209,12 @@ impl TableProvider for ComputedTable {
                 return self.scan_groups(projection, groups, by_groups).await;
             }
         }
-        let focused = match &self.focus {
-            Some(focus) => engine.focused(focus).await.map_err(to_datafusion)?,
-            None => None,
+        let focused = match (&self.focus, manifest) {
+            (Some(focus), Some(manifest)) => engine
+                .focused_at_version(manifest, focus)
+                .await
+                .map_err(to_datafusion)?,
+            _ => None,
         };
         let whole = focused.is_none();
         let snapshot = match focused {
