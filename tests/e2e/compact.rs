@@ -719,13 +719,22 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
         .collect();
     let want: Vec<&str> = expected[5].lines().skip(1).collect();
     assert_eq!(served, want);
-    // Answered from the stored answers: nothing read for the victim.
-    let log = server.stderr.lock().unwrap().clone();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("culprits(): ") && l.ends_with("(stored)")),
-        "{log}"
-    );
+    // Answered from the stored answers: nothing read for the victim. (The
+    // server's log is read on a thread of its own: waited for.)
+    let logged = |line: &'static dyn Fn(&str) -> bool| {
+        let stderr = server.stderr.clone();
+        async move {
+            for _ in 0..100 {
+                let log = stderr.lock().unwrap().clone();
+                if let Some(l) = log.lines().find(|l| line(l)) {
+                    return (l.to_string(), log);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("{}", stderr.lock().unwrap());
+        }
+    };
+    let (_, log) = logged(&|l| l.contains("culprits(): ") && l.ends_with("(stored)")).await;
     assert!(!log.contains("read for q-victim in"), "{log}");
     // Another question of the same victim is computed, its holders'
     // shares taken from the store: the server's read says how many shares
@@ -737,11 +746,7 @@ async fn stored_shares_keep_every_answer_and_a_server_stores_them_when_quiet() {
         )
         .await
         .unwrap();
-    let log = server.stderr.lock().unwrap().clone();
-    let read = log
-        .lines()
-        .find(|l| l.contains("read for q-victim in"))
-        .unwrap_or_else(|| panic!("{log}"));
+    let (read, _) = logged(&|l| l.contains("read for q-victim in")).await;
     assert!(!read.ends_with(" 0 kept from earlier analyses)"), "{read}");
     assert_eq!(answers(&live), expected);
 }
