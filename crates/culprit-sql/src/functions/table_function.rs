@@ -209,6 +209,9 @@ impl TableProvider for ComputedTable {
                 return self.scan_groups(projection, groups, by_groups).await;
             }
         }
+        // The logged time covers the read as well as the computation, as
+        // a stored answer's covers its read.
+        let started = std::time::Instant::now();
         let focused = match (&self.focus, manifest) {
             (Some(focus), Some(manifest)) => engine
                 .focused_at_version(manifest, focus)
@@ -245,7 +248,6 @@ impl TableProvider for ComputedTable {
         };
         let compute = self.compute.clone();
         // The method is CPU work: keep it off the async workers.
-        let started = std::time::Instant::now();
         // The slot and the working memory stay held until the computation
         // ends, even when the statement is cancelled meanwhile (`run_held`).
         let (rows, admission) = culprit_engine::run_held(admission, move || compute(&snapshot))
