@@ -132,7 +132,8 @@ impl std::fmt::Debug for MemoryGate {
 /// MiB at 1e6 tasks, 179 MiB at 1e7, slices of 256 Ki 572 MiB at 1e7;
 /// rounded up (docs/operations.md). Measured again later with slices of
 /// 64 Ki (100-103 MiB at 1e6, 136-145 MiB at 1e7), it overstates by a
-/// third at most: a margin kept for wider rows than the generated ones.
+/// third at 1e7 (192 against 145 MiB) and nearly twice at 1e6: a margin
+/// kept for telemetry whose rows are wider than the generated ones.
 pub const MERGE_BYTES_PER_SLICE_ROW: u64 = 2560;
 /// Bytes a merge in order of time holds besides its slices.
 pub const MERGE_BASE_BYTES: u64 = 32 << 20;
