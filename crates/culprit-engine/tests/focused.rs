@@ -2122,6 +2122,26 @@ async fn a_computation_stopped_before_its_answers_is_completed() {
     }
 }
 
+/// Column `name` of `b`, its value made `value` in the rows whose `answer`
+/// is `on` (answer rows, or share rows).
+fn replaced<T: arrow::datatypes::ArrowPrimitiveType>(
+    b: &RecordBatch,
+    name: &str,
+    answer: &arrow::array::BooleanArray,
+    on: bool,
+    value: T::Native,
+) -> arrow::array::ArrayRef {
+    let c: arrow::array::PrimitiveArray<T> = b
+        .column_by_name(name)
+        .unwrap()
+        .as_primitive::<T>()
+        .iter()
+        .zip(answer.iter())
+        .map(|(c, a)| if a == Some(on) { Some(value) } else { c })
+        .collect();
+    std::sync::Arc::new(c)
+}
+
 /// A stored object (`bytes`) with its answer rows' culprit kind made 9
 /// (`answers`), or its share rows' share made 2: rows no culprit writes.
 fn damaged<B: parquet::file::reader::ChunkReader + 'static>(bytes: B, answers: bool) -> Vec<u8> {
@@ -2129,26 +2149,12 @@ fn damaged<B: parquet::file::reader::ChunkReader + 'static>(bytes: B, answers: b
     for b in parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024).unwrap() {
         let b = b.unwrap();
         let answer = b.column_by_name("answer").unwrap().as_boolean().clone();
-        let (name, column): (&str, arrow::array::ArrayRef) = if answers {
-            let c: arrow::array::UInt8Array = b
-                .column_by_name("culprit")
-                .unwrap()
-                .as_primitive::<arrow::datatypes::UInt8Type>()
-                .iter()
-                .zip(answer.iter())
-                .map(|(c, a)| if a == Some(true) { Some(9) } else { c })
-                .collect();
-            ("culprit", std::sync::Arc::new(c))
+        let (name, column) = if answers {
+            let c = replaced::<arrow::datatypes::UInt8Type>(&b, "culprit", &answer, true, 9);
+            ("culprit", c)
         } else {
-            let c: arrow::array::Float64Array = b
-                .column_by_name("share")
-                .unwrap()
-                .as_primitive::<arrow::datatypes::Float64Type>()
-                .iter()
-                .zip(answer.iter())
-                .map(|(c, a)| if a == Some(false) { Some(2.0) } else { c })
-                .collect();
-            ("share", std::sync::Arc::new(c))
+            let c = replaced::<arrow::datatypes::Float64Type>(&b, "share", &answer, false, 2.0);
+            ("share", c)
         };
         let i = b.schema().index_of(name).unwrap();
         let mut columns = b.columns().to_vec();

@@ -173,6 +173,9 @@ impl TableProvider for ComputedTable {
         // working memory it is admitted with.
         let engine = &self.engine;
         let what = format!("{}()", self.name);
+        // The logged time covers the whole call: its reads (the store's
+        // version, a stored answer, the rows), admission and computation.
+        let started = std::time::Instant::now();
         // A call for named victims reads the store's version once, for its
         // stored answer and its read.
         let manifest = match (&self.stored, &self.focus) {
@@ -182,7 +185,6 @@ impl TableProvider for ComputedTable {
         if let (Some(stored), Some(manifest)) = (&self.stored, &manifest) {
             // The stored answer, if the store holds one for the call's
             // question; else computed below. Admitted as a light call.
-            let started = std::time::Instant::now();
             let found = match engine.stored_culprits_at(manifest, &stored.victim).await {
                 Ok(found) => found,
                 Err(e) => {
@@ -209,9 +211,6 @@ impl TableProvider for ComputedTable {
                 return self.scan_groups(projection, groups, by_groups).await;
             }
         }
-        // The logged time covers the read as well as the computation, as
-        // a stored answer's covers its read.
-        let started = std::time::Instant::now();
         let focused = match (&self.focus, manifest) {
             (Some(focus), Some(manifest)) => engine
                 .focused_at_version(manifest, focus)
