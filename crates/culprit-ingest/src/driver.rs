@@ -9,7 +9,6 @@ use arrow::array::RecordBatch;
 use culprit_core::Table;
 use culprit_store::{PendingBatch, Store};
 use futures::TryStreamExt;
-use sha2::{Digest, Sha256};
 
 use crate::error::{IngestError, Result};
 use crate::formats::{self, Format, Origin, RawRows};
@@ -1316,7 +1315,7 @@ impl Ctx<'_> {
                 Some(_) => (Some(next_digest(&src, &mut digests).await?), None),
                 None => {
                     let bytes = src.read().await?;
-                    let key = hex::encode(Sha256::digest(&bytes));
+                    let key = hex::encode(ring::digest::digest(&ring::digest::SHA256, &bytes));
                     (Some((key, bytes.len() as u64)), Some(bytes))
                 }
             };
@@ -1421,7 +1420,7 @@ impl Ctx<'_> {
     /// Spark event logs: each is decoded, parsed and translated into rows.
     async fn read_logs(&mut self, logs: Vec<LogUnit>) -> Result<()> {
         for log in logs {
-            let mut hasher = Sha256::new();
+            let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
             let mut size = 0u64;
             let mut raw_parts: Vec<(String, bytes::Bytes)> = Vec::with_capacity(log.parts.len());
             for part in &log.parts {
@@ -1435,7 +1434,7 @@ impl Ctx<'_> {
                 continue;
             }
             let files = raw_parts.len();
-            let key = hex::encode(hasher.finalize());
+            let key = hex::encode(hasher.finish());
             if self.duplicate(&key) {
                 self.report.duplicate_files += files;
                 continue;

@@ -54,10 +54,9 @@ impl SourceFile {
     /// file is not held): what names the file in the manifest; and the
     /// number of bytes hashed.
     pub fn digest_file(path: &FsPath) -> std::io::Result<(String, u64)> {
-        use sha2::{Digest, Sha256};
         use std::io::Read;
         let mut file = std::fs::File::open(path)?;
-        let mut hasher = Sha256::new();
+        let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
         let mut buf = vec![0u8; 1 << 20];
         let mut size = 0u64;
         loop {
@@ -68,7 +67,7 @@ impl SourceFile {
             hasher.update(&buf[..n]);
             size += n as u64;
         }
-        Ok((hex::encode(hasher.finalize()), size))
+        Ok((hex::encode(hasher.finish()), size))
     }
 
     /// [`SourceFile::digest_file`]'s error, named by the file.
@@ -199,4 +198,48 @@ async fn list_s3(input: &str, out: &mut Vec<SourceFile>) -> Result<()> {
         return Err(source_err(input, "no objects under this prefix"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SourceFile;
+
+    /// A file's digest is its SHA-256 (what names it in stores written by
+    /// every earlier culprit): checked against FIPS 180-2's examples and
+    /// against coreutils' `sha256sum` of a file read in several chunks.
+    #[test]
+    fn a_files_digest_is_its_sha256() {
+        let dir = tempfile::tempdir().unwrap();
+        let abc = dir.path().join("abc");
+        std::fs::write(&abc, b"abc").unwrap();
+        assert_eq!(
+            SourceFile::digest_file(&abc).unwrap(),
+            (
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".to_string(),
+                3
+            )
+        );
+        let a = dir.path().join("a");
+        std::fs::write(&a, vec![b'a'; 1_000_000]).unwrap();
+        assert_eq!(
+            SourceFile::digest_file(&a).unwrap().0,
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
+        );
+        // Over three of the 1 MiB reads, the last one short.
+        let big = dir.path().join("big");
+        let bytes: Vec<u8> = (0..(3 << 20) + 12_345u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&big, &bytes).unwrap();
+        let out = std::process::Command::new("sha256sum")
+            .arg(&big)
+            .output()
+            .expect("coreutils' sha256sum");
+        let expected = String::from_utf8(out.stdout).unwrap();
+        let expected = expected.split_whitespace().next().unwrap();
+        assert_eq!(
+            SourceFile::digest_file(&big).unwrap(),
+            (expected.to_string(), bytes.len() as u64)
+        );
+    }
 }
