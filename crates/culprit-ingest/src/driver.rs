@@ -537,29 +537,20 @@ type Placed = ((u64, u64), u32, u32);
 /// its scattered writes; a comparison sort of the whole was a tenth of the
 /// ingest's main thread.)
 fn sort_digests(ours: &mut [Placed]) {
-    let n = ours.len();
-    if n < 1 << 12 {
+    if ours.len() < 1 << 12 {
         ours.sort_unstable();
         return;
     }
-    let top = |e: &Placed| (e.0 .0 >> 56) as usize;
-    let mut starts = [0usize; 257];
-    for e in ours.iter() {
-        starts[top(e) + 1] += 1;
-    }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
-    }
-    let mut next = starts;
-    let mut spread = vec![((0u64, 0u64), 0u32, 0u32); n];
-    for e in ours.iter() {
-        let b = top(e);
-        spread[next[b]] = *e;
-        next[b] += 1;
-    }
+    let mut spread = vec![((0u64, 0u64), 0u32, 0u32); ours.len()];
+    let mut ends = Vec::new();
+    spread_by(ours, &mut spread, &mut ends, 256, |e| {
+        (e.0 .0 >> 56) as usize
+    });
     let mut counts = Vec::new();
-    for w in starts.windows(2) {
-        sort_bucket(&spread[w[0]..w[1]], &mut ours[w[0]..w[1]], &mut counts);
+    let mut first = 0;
+    for &end in &ends {
+        sort_bucket(&spread[first..end], &mut ours[first..end], &mut counts);
+        first = end;
     }
 }
 
@@ -567,36 +558,50 @@ fn sort_digests(ours: &mut [Placed]) {
 /// bits the same), sorted into `out` (as long): spread by their next bits
 /// (`counts` is scratch), then each small bucket sorted.
 fn sort_bucket(bucket: &[Placed], out: &mut [Placed], counts: &mut Vec<usize>) {
-    let m = bucket.len();
-    if m < 1 << 6 {
+    if bucket.len() < 1 << 6 {
         out.copy_from_slice(bucket);
         out.sort_unstable();
         return;
     }
     // 5 to 16 bits after the top 8: at most 512 KiB of counts.
-    let bits = (m.ilog2() - 1).clamp(5, 16);
-    let sub = |e: &Placed| ((e.0 .0 << 8) >> (64 - bits)) as usize;
-    counts.clear();
-    counts.resize((1 << bits) + 1, 0);
-    for e in bucket {
-        counts[sub(e) + 1] += 1;
-    }
-    for i in 1..counts.len() {
-        counts[i] += counts[i - 1];
-    }
-    // Each entry to the next place of its bucket: after this, a bucket's
-    // count is where the next bucket starts.
-    for e in bucket {
-        let at = &mut counts[sub(e)];
-        out[*at] = *e;
-        *at += 1;
-    }
+    let bits = (bucket.len().ilog2() - 1).clamp(5, 16);
+    spread_by(bucket, out, counts, 1 << bits, |e| {
+        ((e.0 .0 << 8) >> (64 - bits)) as usize
+    });
     let mut first = 0;
-    for &end in &counts[..1 << bits] {
+    for &end in counts.iter() {
         if end - first > 1 {
             out[first..end].sort_unstable();
         }
         first = end;
+    }
+}
+
+/// `from` written to `to` (as long) bucket after bucket, by `bucket` (of
+/// each entry, under `buckets`), each bucket's entries in their order;
+/// `ends` is left holding where each bucket ends.
+fn spread_by(
+    from: &[Placed],
+    to: &mut [Placed],
+    ends: &mut Vec<usize>,
+    buckets: usize,
+    bucket: impl Fn(&Placed) -> usize,
+) {
+    // Where each bucket starts, then (as its entries are written) where
+    // its next entry goes: at the end, where it ends.
+    ends.clear();
+    ends.resize(buckets + 1, 0);
+    for e in from {
+        ends[bucket(e) + 1] += 1;
+    }
+    for i in 1..buckets {
+        ends[i] += ends[i - 1];
+    }
+    ends.truncate(buckets);
+    for e in from {
+        let at = &mut ends[bucket(e)];
+        to[*at] = *e;
+        *at += 1;
     }
 }
 
