@@ -2739,6 +2739,16 @@ pub(crate) mod tests {
         RecordBatch::try_new(Table::HostWindows.schema(), cols).unwrap()
     }
 
+    /// A xorshift generator of test values from `seed`.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     #[test]
     fn rows_are_sorted_by_start_stably_whatever_their_runs() {
         // Rows in runs of the same start (a task's rows of one window),
@@ -2752,18 +2762,12 @@ pub(crate) mod tests {
             DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             true,
         )]));
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let batches: Vec<RecordBatch> = (0..3)
             .map(|_| {
                 let mut starts: Vec<Option<i64>> = Vec::new();
                 while starts.len() < 3000 {
-                    let start = (next() % 50 != 0).then(|| (next() % 400) as i64);
+                    let start = (!next().is_multiple_of(50)).then(|| (next() % 400) as i64);
                     for _ in 0..1 + next() % 5 {
                         starts.push(start);
                     }
@@ -2775,7 +2779,7 @@ pub(crate) mod tests {
         let mut rows: Rows = Vec::new();
         for r in 0..3000 {
             for b in [2, 0, 1] {
-                if next() % 7 != 0 {
+                if !next().is_multiple_of(7) {
                     rows.push((b, if b == 1 { 2999 - r } else { r }));
                 }
             }
@@ -2822,13 +2826,7 @@ pub(crate) mod tests {
         // Ties, negative keys, both extremes of i64 (a NULL sorts as
         // i64::MIN), a narrow and a wide range, below and above the size
         // where the radix sort starts.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for (n, spread) in [
             (10usize, 5i64),
             (5000, 3),
